@@ -1,0 +1,190 @@
+"""The ``agentrl`` command line: one subcommand per step, each a thin layer over the library.
+
+Bad input (DataError) prints ``error: <file:line: what>`` and exits 2; nothing half-written is left behind.
+Run ``agentrl <command> --help`` for the flags of each command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from agentrl.io import DataError
+
+RUNS = Path("runs")
+
+
+def _preset(args) -> dict:
+    from agentrl.config import load_preset
+
+    return load_preset(args.config) if getattr(args, "config", None) else {}
+
+
+# ----------------------------------------------------------------------------- phase 00
+
+
+def cmd_corpus(args) -> int:
+    from agentrl.config import from_dict, override
+    from agentrl.corpus import CorpusConfig, build_corpus
+
+    preset = _preset(args).get("corpus", {})
+    cfg = from_dict(CorpusConfig, preset, "corpus")
+    if args.qa or args.corpus_file:  # an explicit source replaces the preset's
+        cfg.qa, cfg.corpus_file = args.qa, args.corpus_file
+    cfg = override(cfg, name=args.name, embedder=args.embedder, chunk_size=args.chunk_size,
+                   chunk_overlap=args.chunk_overlap, limit=args.limit)
+    out = Path(args.out) if args.out else RUNS / "corpus" / cfg.name
+    counts = build_corpus(out, qa=cfg.qa, corpus_file=cfg.corpus_file, embedder=cfg.embedder,
+                          chunk_size=cfg.chunk_size or None, chunk_overlap=cfg.chunk_overlap, limit=cfg.limit)
+    print(f"wrote {out}/corpus.jsonl: {counts['passages']} passages from {counts['documents']} documents")
+    return 0
+
+
+def cmd_index(args) -> int:
+    from agentrl.config import from_dict
+    from agentrl.corpus import read_corpus
+    from agentrl.retrieval import IndexConfig, build_index
+
+    preset = _preset(args)
+    raw = dict(preset.get("index", {}))
+    if args.embedder:
+        raw.setdefault("dense", {})["embedder"] = args.embedder
+    elif "embedder" in preset.get("corpus", {}):
+        raw.setdefault("dense", {}).setdefault("embedder", preset["corpus"]["embedder"])
+    for key in ("fusion", "method"):
+        if getattr(args, key):
+            raw[key] = getattr(args, key)
+    if args.index_type:
+        raw.setdefault("dense", {})["index_type"] = args.index_type
+    cfg = from_dict(IndexConfig, raw, "index")
+    corpus_dir = Path(args.corpus)
+    out = Path(args.out) if args.out else corpus_dir / "index"
+    passages = read_corpus(corpus_dir)
+    build_index(passages, out, cfg, progress=not args.quiet)
+    print(f"wrote {out}: {len(passages)} passages, embedder {cfg.dense.embedder}, {cfg.dense.index_type} index")
+    return 0
+
+
+def cmd_search(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from agentrl.retrieval import Retriever
+
+    retriever = Retriever.load(args.index, dense=args.method != "bm25")
+    hits = retriever.search(args.query, args.top_k, args.method)
+    table = Table(title=f"{args.method or retriever.cfg.method}: {args.query}")
+    for col in ("rank", "score", "id", "title", "text"):
+        table.add_column(col, overflow="fold")
+    for rank, h in enumerate(hits, start=1):
+        table.add_row(str(rank), f"{h.score:.4f}", h.id, h.title, h.text[:160] + ("…" if len(h.text) > 160 else ""))
+    Console().print(table)
+    return 0
+
+
+def cmd_retrieval_eval(args) -> int:
+    from agentrl.retrieval_eval import run_retrieval_eval
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    report = run_retrieval_eval(args.index, args.qa, out_dir=args.out, methods=methods, limit=args.limit,
+                                chart=not args.no_chart)
+    print_retrieval_report(report)
+    return 0
+
+
+def print_retrieval_report(report: dict) -> None:
+    """Print the retrieval summary and the per-method table."""
+    import polars as pl
+
+    s = report["summary"]
+    print(f"{s['questions']} questions, {s['gold_titles']} gold passages, {s['gold_absent_from_corpus']} absent "
+          f"from the corpus ({100 * (1 - s['gold_present_share']):.1f}%); "
+          f"{s['questions_all_gold_present']} questions have all their gold in the corpus")
+    with pl.Config(tbl_cols=20, tbl_width_chars=200, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
+        from agentrl.retrieval_eval import results_table
+
+        print(results_table(report))
+
+
+def cmd_serve(args) -> int:
+    from agentrl.mcp_server import serve
+
+    serve(args.index, transport=args.transport, host=args.host, port=args.port, method=args.method)
+    return 0
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser with every subcommand."""
+    p = argparse.ArgumentParser(prog="agentrl", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("corpus", help="build a passage corpus from QA contexts or a corpus file")
+    c.add_argument("--config", help="preset name or TOML path (its [corpus] table gives defaults)")
+    c.add_argument("--qa", help="QA JSONL (FlashRAG layout) or hf:NAME[:CONFIG] whose contexts are pooled")
+    c.add_argument("--corpus-file", help="corpus JSONL with id+contents or id+title+text")
+    c.add_argument("--name", help="run name (runs/corpus/NAME)")
+    c.add_argument("--out", help="output directory (default runs/corpus/NAME)")
+    c.add_argument("--embedder", help="embedder whose tokenizer sizes the chunks (default minilm)")
+    c.add_argument("--chunk-size", type=int, help="tokens per chunk (0 = no chunking)")
+    c.add_argument("--chunk-overlap", type=int, help="tokens shared by neighbouring chunks")
+    c.add_argument("--limit", type=int, help="read at most this many rows")
+    c.set_defaults(func=cmd_corpus)
+
+    c = sub.add_parser("index", help="build BM25 + dense indexes over a corpus")
+    c.add_argument("--corpus", required=True, help="corpus run directory (or corpus.jsonl)")
+    c.add_argument("--config", help="preset name or TOML path (its [index] table gives defaults)")
+    c.add_argument("--out", help="index directory (default CORPUS/index)")
+    c.add_argument("--embedder", help="minilm (offline default), intfloat/e5-base-v2, a local path, ...")
+    c.add_argument("--index-type", choices=["flat", "hnsw", "ivfpq"])
+    c.add_argument("--fusion", choices=["zscore", "minmax", "rrf"])
+    c.add_argument("--method", choices=["bm25", "dense", "hybrid"], help="default search method")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.set_defaults(func=cmd_index)
+
+    c = sub.add_parser("search", help="search an index with one query and print the ranked passages")
+    c.add_argument("query")
+    c.add_argument("--index", required=True)
+    c.add_argument("-k", "--top-k", type=int, default=5)
+    c.add_argument("--method", choices=["bm25", "dense", "hybrid"])
+    c.set_defaults(func=cmd_search)
+
+    c = sub.add_parser("retrieval-eval", help="recall@k / MRR / nDCG against gold evidence, per method")
+    c.add_argument("--index", required=True)
+    c.add_argument("--qa", required=True, help="QA JSONL with supporting facts")
+    c.add_argument("--methods", default="bm25,dense,hybrid")
+    c.add_argument("--out", help="where retrieval_eval.json goes (default: the corpus run directory)")
+    c.add_argument("--limit", type=int)
+    c.add_argument("--no-chart", action="store_true")
+    c.set_defaults(func=cmd_retrieval_eval)
+
+    c = sub.add_parser("serve", help="serve the retriever as an MCP tool (stdio or streamable HTTP)")
+    c.add_argument("--index", required=True)
+    c.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    c.add_argument("--host", default="127.0.0.1")
+    c.add_argument("--port", type=int, default=8765)
+    c.add_argument("--method", choices=["bm25", "dense", "hybrid"])
+    c.set_defaults(func=cmd_serve)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; return the exit code (0 ok, 2 bad input, 130 interrupted)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""File I/O shared by every phase: validated JSONL reading, atomic appends and writes, staged directories.
+
+Two guarantees the rest of the library relies on:
+- a bad input line is reported as ``DataError("path:line: what is wrong")``;
+- outputs are never half-written: records are appended one ``write()`` per line, whole files are written
+  to a temporary name and renamed, and directories are built in a staging folder and renamed at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+class DataError(ValueError):
+    """Bad user input: a malformed file, a missing field, an empty set. The CLI prints it and exits 2."""
+
+
+def iter_jsonl(path: str | Path, *, allow_torn_tail: bool = False) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, record)`` for each non-blank line of a JSONL file.
+
+    Raises DataError naming the file and line for invalid JSON or a line that is not an object. With
+    ``allow_torn_tail`` a malformed *final* line without a trailing newline (a write cut off by a crash)
+    is skipped with a warning instead.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    with path.open("rb") as fh:
+        yield from _iter_lines(path, fh, allow_torn_tail)
+
+
+def _iter_lines(path: Path, fh, allow_torn_tail: bool) -> Iterator[tuple[int, dict]]:
+    for lineno, raw in enumerate(fh, start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            # Only the final line can lack its newline; that is the signature of a write cut off by a crash.
+            torn = not raw.endswith(b"\n")
+            if allow_torn_tail and torn:
+                warnings.warn(f"{path}:{lineno}: skipping torn final line ({len(raw)} bytes)", stacklevel=2)
+                continue
+            raise DataError(f"{path}:{lineno}: invalid JSON ({exc})") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
+        yield lineno, record
+
+
+def read_jsonl(path: str | Path, *, required: Iterable[str] = (), allow_torn_tail: bool = False) -> list[dict]:
+    """Return all records of a JSONL file, checking that each has the ``required`` fields.
+
+    A missing field raises DataError naming file, line and field.
+    """
+    required = tuple(required)
+    out = []
+    for lineno, rec in iter_jsonl(path, allow_torn_tail=allow_torn_tail):
+        for field in required:
+            if field not in rec:
+                raise DataError(f"{path}:{lineno}: missing field '{field}'")
+        out.append(rec)
+    return out
+
+
+def dumps(record: Any) -> str:
+    """Return the compact one-line JSON used for every JSONL record."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):  # numpy scalars and arrays
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+class JsonlAppender:
+    """Append records to a JSONL file, one ``os.write`` per record on an O_APPEND descriptor.
+
+    A single write of a whole line is what makes a record atomic: a crash leaves either the full line or,
+    at worst on a full disk, a torn final line that readers with ``allow_torn_tail`` skip. If the file ends
+    in a torn line when it is opened, a newline is written first so the next record starts cleanly.
+    """
+
+    def __init__(self, path: str | Path, *, fsync: bool = False):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fsync = fsync
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        size = os.fstat(self._fd).st_size
+        if size:
+            with self.path.open("rb") as fh:
+                fh.seek(size - 1)
+                if fh.read(1) != b"\n":
+                    os.write(self._fd, b"\n")
+
+    def write(self, record: dict) -> None:
+        """Append one record as one line."""
+        os.write(self._fd, (dumps(record) + "\n").encode("utf-8"))
+        if self._fsync:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        """Close the descriptor (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> JsonlAppender:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file and a rename; return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON atomically; return the path."""
+    return write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, default=_json_default) + "\n")
+
+
+def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
+    """Write all records to a JSONL file atomically (temporary file + rename); return the count."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    n = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for rec in records:
+                fh.write(dumps(rec) + "\n")
+                n += 1
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return n
+
+
+def read_json(path: str | Path) -> Any:
+    """Return the parsed JSON document at ``path``; DataError if missing or invalid."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+
+
+@contextlib.contextmanager
+def staged_dir(final: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a fresh staging directory next to ``final``; on success it replaces ``final`` by rename.
+
+    On any exception the staging directory is removed and ``final`` is left as it was, so a failed
+    build never leaves a half-written output behind.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists() and not overwrite:
+        raise DataError(f"{final}: already exists")
+    stage = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.staging."))
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    if final.exists():
+        trash = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.old."))
+        os.replace(final, trash / "old")
+        os.replace(stage, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(stage, final)

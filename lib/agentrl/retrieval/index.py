@@ -1,0 +1,235 @@
+"""The hybrid retriever: BM25 + dense + fusion over one passage store, saved as one index directory.
+
+Index directory layout::
+
+    index.json            manifest: embedder, dimension, counts, every parameter
+    passages.jsonl        passage records, read by memory map (passages.offsets.npy)
+    bm25/                 bm25s arrays (memory-mapped on load)
+    dense.faiss           faiss index
+
+Example::
+
+    r = Retriever.load("runs/corpus/hotpotqa/index")
+    r.search("Who directed Ed Wood?", top_k=3)   # -> [Hit(id="12-0", title="Ed Wood (film)", ...), ...]
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from agentrl.io import DataError, read_json, staged_dir, write_json
+from agentrl.retrieval.bm25 import BM25Config, BM25Index
+from agentrl.retrieval.dense import DenseConfig, DenseIndex, Embedder
+from agentrl.retrieval.fusion import normalized, rrf
+from agentrl.retrieval.store import PassageStore, write_passages
+
+METHODS = ("bm25", "dense", "hybrid")
+FUSIONS = ("zscore", "minmax", "rrf")
+# Settings that may differ from the saved ones at load time; the rest are baked into the index files.
+SEARCH_TIME: dict[str, set[str]] = {
+    "method": set(), "fusion": set(), "rrf_k": set(), "weights": set(), "depth": set(),
+    "bm25": {"backend", "numba_min_docs"},
+    "dense": {"ef_search", "nprobe", "faiss_threads", "batch_size", "device"},
+}
+FORMAT_VERSION = 1
+
+
+@dataclass
+class IndexConfig:
+    """Everything that shapes retrieval results; saved in ``index.json``."""
+
+    bm25: BM25Config = field(default_factory=BM25Config)
+    dense: DenseConfig = field(default_factory=DenseConfig)
+    method: str = "hybrid"
+    # z-scored score sum beat RRF and min-max on the HotpotQA sample without any weight tuning
+    # (docs/decisions.md); RRF stays available for score scales that z-scores handle badly.
+    fusion: str = "zscore"  # zscore | minmax | rrf
+    rrf_k: float = 60.0
+    weights: tuple[float, float] = (1.0, 1.0)  # (bm25, dense)
+    depth: int = 50  # candidates taken from each retriever before fusion
+
+    @classmethod
+    def from_dict(cls, d: dict) -> IndexConfig:
+        """Return a config from its dict form (as saved in index.json or written in a preset)."""
+        d = dict(d)
+        bm25 = BM25Config(**d.pop("bm25", {}))
+        dense = DenseConfig(**d.pop("dense", {}))
+        if "weights" in d:
+            d["weights"] = tuple(d["weights"])
+        return cls(bm25=bm25, dense=dense, **d)
+
+
+@dataclass
+class Hit:
+    """One retrieved passage."""
+
+    id: str
+    title: str
+    text: str
+    score: float
+    index: int
+
+
+def passage_text(p: dict) -> str:
+    """Return the text indexed for a passage: its title on the first line, then the body."""
+    return f"{p['title']}\n{p['text']}" if p.get("title") else p["text"]
+
+
+def build_index(passages: list[dict], out_dir: str | Path, cfg: IndexConfig | None = None, *,
+                embedder: Embedder | None = None, progress: bool = True) -> Path:
+    """Build BM25 + dense indexes over ``passages`` into ``out_dir`` (replaced atomically); return its path."""
+    cfg = cfg or IndexConfig()
+    _check_cfg(cfg)
+    if not passages:
+        raise DataError("cannot build an index over an empty corpus")
+    texts = [passage_text(p) for p in passages]
+    embedder = embedder or Embedder(cfg.dense)
+    vectors = embedder.encode_passages(texts, progress=progress)
+    with staged_dir(out_dir) as stage:
+        n = write_passages(stage, passages)
+        bm25 = BM25Index.build(texts, cfg.bm25)
+        bm25.save(stage / "bm25")
+        dense = DenseIndex.build(vectors, cfg.dense)
+        dense.save(stage / "dense.faiss")
+        write_json(stage / "index.json", {
+            "format": FORMAT_VERSION,
+            "n_passages": n,
+            "n_documents": len({p.get("doc_id", p["id"]) for p in passages}),
+            "embedder": cfg.dense.embedder,
+            "dimension": dense.dim,
+            "config": asdict(cfg),
+        })
+    return Path(out_dir)
+
+
+def _check_cfg(cfg: IndexConfig) -> None:
+    if cfg.method not in METHODS:
+        raise DataError(f"unknown retrieval method '{cfg.method}' (choose from {', '.join(METHODS)})")
+    if cfg.fusion not in FUSIONS:
+        raise DataError(f"unknown fusion '{cfg.fusion}' (choose from {', '.join(FUSIONS)})")
+    if cfg.depth <= 0:
+        raise DataError(f"depth must be > 0 (got {cfg.depth})")
+
+
+def _pairs(indices: np.ndarray, scores: np.ndarray, keep) -> list[list[tuple[int, float]]]:
+    return [[(int(i), float(s)) for i, s in zip(row_i, row_s, strict=True) if keep(i, s)]
+            for row_i, row_s in zip(indices, scores, strict=True)]
+
+
+class Retriever:
+    """Search an index directory by BM25, dense vectors or their fusion. Safe to call from many threads."""
+
+    def __init__(self, directory: str | Path, cfg: IndexConfig, store: PassageStore, bm25: BM25Index,
+                 dense: DenseIndex | None, manifest: dict):
+        self.directory, self.cfg, self.store, self.bm25, self.dense = Path(directory), cfg, store, bm25, dense
+        self.manifest = manifest
+        self._embedder: Embedder | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, directory: str | Path, *, dense: bool = True, overrides: dict | None = None) -> Retriever:
+        """Return the retriever saved in ``directory``; ``overrides`` replace saved search-time settings.
+
+        A missing directory, missing files or counts that disagree raise DataError naming the problem.
+        """
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise DataError(f"{directory}: index directory not found (build it with `agentrl index`)")
+        manifest = read_json(directory / "index.json")
+        raw = dict(manifest.get("config") or {})
+        for key, value in (overrides or {}).items():
+            if value is None:
+                continue
+            if key not in SEARCH_TIME:
+                raise DataError(f"'{key}' is fixed when the index is built; rebuild the index to change it")
+            if isinstance(value, dict):
+                fixed = set(value) - SEARCH_TIME[key]
+                if fixed:
+                    raise DataError(f"{key}.{sorted(fixed)[0]} is fixed when the index is built; rebuild to change it")
+                raw[key] = {**raw.get(key, {}), **value}
+            else:
+                raw[key] = value
+        cfg = IndexConfig.from_dict(raw)
+        _check_cfg(cfg)
+        store = PassageStore(directory)
+        bm25 = BM25Index.load(directory / "bm25")
+        dindex = DenseIndex.load(directory / "dense.faiss", cfg.dense) if dense else None
+        n = manifest.get("n_passages")
+        counts = {"passages.jsonl": len(store), "bm25": bm25.n_docs}
+        if dindex is not None:
+            counts["dense.faiss"] = dindex.ntotal
+            if dindex.dim != manifest.get("dimension"):
+                raise DataError(f"{directory}: dense.faiss has dimension {dindex.dim}, "
+                                f"index.json says {manifest.get('dimension')}")
+        bad = {k: v for k, v in counts.items() if v != n}
+        if bad:
+            raise DataError(f"{directory}: index files disagree with index.json ({n} passages): {bad}")
+        return cls(directory, cfg, store, bm25, dindex, manifest)
+
+    @property
+    def embedder(self) -> Embedder:
+        """The query embedder, loaded on first dense search."""
+        with self._lock:
+            if self._embedder is None:
+                self._embedder = Embedder(self.cfg.dense)
+            return self._embedder
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def search(self, query: str, top_k: int = 5, method: str | None = None) -> list[Hit]:
+        """Return the ``top_k`` best passages for one query (see search_batch)."""
+        return self.search_batch([query], top_k, method)[0]
+
+    def search_batch(self, queries: list[str], top_k: int = 5, method: str | None = None) -> list[list[Hit]]:
+        """Return the ``top_k`` best passages for each query, best first.
+
+        ``method`` is bm25, dense or hybrid (default: the index's). Raises DataError for an empty query,
+        ``top_k <= 0`` or an unknown method.
+        """
+        ranked = self.rank_batch(queries, top_k, method)
+        return [[self._hit(i, s) for i, s in row] for row in ranked]
+
+    def rank_batch(self, queries: list[str], top_k: int = 5, method: str | None = None,
+                   ) -> list[list[tuple[int, float]]]:
+        """Return ``[(passage_index, score)]`` per query without reading passage text (used by evaluation)."""
+        method = method or self.cfg.method
+        if method not in METHODS:
+            raise DataError(f"unknown retrieval method '{method}' (choose from {', '.join(METHODS)})")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0:
+            raise DataError(f"top_k must be a positive integer (got {top_k!r})")
+        for q in queries:
+            if not isinstance(q, str) or not q.strip():
+                raise DataError("query must be a non-empty string")
+        if method in ("dense", "hybrid") and self.dense is None:
+            raise DataError(f"{self.directory}: loaded without the dense index; use method='bm25'")
+        depth = max(top_k, self.cfg.depth) if method == "hybrid" else top_k
+        sparse = dense = None
+        if method in ("bm25", "hybrid"):
+            # a zero BM25 score means no query term occurs in the passage: not a hit
+            sparse = _pairs(*self.bm25.search(queries, depth), keep=lambda i, s: s > 0)
+        if method in ("dense", "hybrid"):
+            dense = _pairs(*self.dense.search(self.embedder.encode_queries(queries), depth), keep=lambda i, s: i >= 0)
+        if method == "bm25":
+            return [row[:top_k] for row in sparse]
+        if method == "dense":
+            return [row[:top_k] for row in dense]
+        return [self.fuse(s, d)[:top_k] for s, d in zip(sparse, dense, strict=True)]
+
+    def fuse(self, sparse: list[tuple[int, float]], dense: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        """Return the fusion of one query's BM25 and dense ``(index, score)`` lists per the index config."""
+        if self.cfg.fusion == "rrf":
+            return rrf([[i for i, _ in sparse], [i for i, _ in dense]], k=self.cfg.rrf_k, weights=self.cfg.weights)
+        return normalized([sparse, dense], weights=self.cfg.weights, norm=self.cfg.fusion)
+
+    def _hit(self, i: int, score: float) -> Hit:
+        p = self.store[i]
+        return Hit(id=str(p["id"]), title=p.get("title", ""), text=p["text"], score=round(float(score), 6), index=i)
+
+    def titles(self) -> np.ndarray:
+        """Return the title of every passage, by position (reads the whole store once)."""
+        return np.array([p.get("title", "") for p in self.store], dtype=object)
