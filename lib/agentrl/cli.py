@@ -115,6 +115,13 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def cmd_demo(args) -> int:
+    from agentrl.demo import print_summary, run_demo
+
+    print_summary(run_demo(args.config, rebuild=args.rebuild))
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 
 
@@ -122,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser with every subcommand."""
     p = argparse.ArgumentParser(prog="agentrl", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("demo", help="run every phase on the bundled data (CPU, no network) and summarise")
+    c.add_argument("--config", default="demo", help="preset name or TOML path (default demo)")
+    c.add_argument("--rebuild", action="store_true", help="rebuild everything instead of reusing runs/")
+    c.set_defaults(func=cmd_demo)
 
     c = sub.add_parser("corpus", help="build a passage corpus from QA contexts or a corpus file")
     c.add_argument("--config", help="preset name or TOML path (its [corpus] table gives defaults)")

@@ -226,20 +226,28 @@ class Chunker:
         self.tokenizer, self.size, self.overlap = tokenizer, size, overlap
 
     def split(self, text: str) -> list[str]:
-        """Return the chunks of ``text`` (``[]`` for empty text, ``[text]`` when it fits in one chunk)."""
+        """Return the chunks of ``text`` (``[]`` for empty text, ``[text]`` when it fits in one chunk).
+
+        Chunk edges snap back to word starts so no word is cut in half (unless one word exceeds ``size``).
+        """
         if not text.strip():
             return []
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         offsets = [o for o in enc["offset_mapping"] if o[1] > o[0]]
-        if len(offsets) <= self.size:
+        n = len(offsets)
+        if n <= self.size:
             return [text.strip()]
-        chunks, step = [], self.size - self.overlap
-        for start in range(0, len(offsets), step):
-            window = offsets[start:start + self.size]
-            chunks.append(text[window[0][0]:window[-1][1]].strip())
-            if start + self.size >= len(offsets):
-                break
-        return chunks
+        # a token starts a word when text (whitespace) separates it from the previous token
+        word_start = [i == 0 or offsets[i][0] > offsets[i - 1][1] for i in range(n)] + [True]
+        chunks, pos = [], 0
+        while True:
+            end = min(pos + self.size, n)
+            snapped = next((e for e in range(end, pos, -1) if word_start[e]), end)
+            chunks.append(text[offsets[pos][0]:offsets[snapped - 1][1]].strip())
+            if snapped >= n:
+                return chunks
+            nxt = snapped - self.overlap
+            pos = next((s for s in range(nxt, pos, -1) if word_start[s]), max(nxt, pos + 1))
 
 
 def chunk_documents(docs: Iterable[Document], chunker: Chunker | None) -> Iterator[dict]:
@@ -291,7 +299,7 @@ def build_corpus(out_dir: str | Path, *, qa: str | Path | None = None, corpus_fi
             raise DataError(f"{qa}: no context paragraphs to build a corpus from (give --corpus-file)")
     else:
         docs = load_corpus_file(corpus_file, limit=limit)
-    passages = list(chunk_documents(tqdm(docs, desc="chunking", unit="doc", disable=not progress), chunker))
+    passages = list(chunk_documents(tqdm(docs, desc="chunking", unit="doc", disable=None if progress else True), chunker))
     if not passages:
         raise DataError("the corpus is empty after chunking (all documents have empty text)")
     counts = {"documents": len(docs), "passages": len(passages),

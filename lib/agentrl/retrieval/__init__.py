@@ -2,8 +2,8 @@
 
 from agentrl.retrieval.bm25 import BM25Config, BM25Index
 from agentrl.retrieval.dense import DenseConfig, DenseIndex, Embedder
-from agentrl.retrieval.fusion import normalized, rrf
+from agentrl.retrieval.fusion import fuse_batch, normalized, rrf
 from agentrl.retrieval.index import Hit, IndexConfig, Retriever, build_index
 
 __all__ = ["BM25Config", "BM25Index", "DenseConfig", "DenseIndex", "Embedder", "Hit", "IndexConfig", "Retriever",
-           "build_index", "normalized", "rrf"]
+           "build_index", "fuse_batch", "normalized", "rrf"]

@@ -9,7 +9,10 @@ to a few million passages; ``hnsw`` trades memory for latency; ``ivfpq`` compres
 from __future__ import annotations
 
 import math
+import os
+import platform
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +89,8 @@ class Embedder:
 
     def _encode(self, texts: list[str], prefix: str, progress: bool) -> np.ndarray:
         vecs = self.model.encode([prefix + t for t in texts], batch_size=self.cfg.batch_size,
-                                 normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=progress)
+                                 normalize_embeddings=True, convert_to_numpy=True,
+                                 show_progress_bar=progress and sys.stderr.isatty())
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
@@ -96,6 +100,39 @@ class Embedder:
     def encode_passages(self, passages: list[str], progress: bool = False) -> np.ndarray:
         """Return (n, dim) unit vectors for passages."""
         return self._encode(passages, self.passage_prefix, progress=progress)
+
+
+def _faiss():
+    """Import faiss configured for fast exact search on this CPU; return the module.
+
+    Two settings, found by measurement (docs/decisions.md): the OpenBLAS bundled in the faiss-cpu wheel
+    (0.3.15) does not recognise recent Xeons and falls back to generic kernels 4x slower, so the kernel
+    family is named from the CPU flags before faiss loads it; and faiss 1.15 only switches to BLAS above
+    512 queries per call, scanning the whole index once per query below that (15x slower for 256).
+    """
+    if "faiss" not in sys.modules and "OPENBLAS_CORETYPE" not in os.environ:
+        coretype = _openblas_coretype()
+        if coretype:
+            os.environ["OPENBLAS_CORETYPE"] = coretype
+    import faiss
+
+    faiss.cvar.distance_compute_blas_threshold = 20
+    return faiss
+
+
+def _openblas_coretype() -> str | None:
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
+    except OSError:
+        return None
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= set(flags):
+        return "SkylakeX"
+    if {"avx2", "fma"} <= set(flags):
+        return "Haswell"
+    return None
 
 
 class DenseIndex:
@@ -115,7 +152,7 @@ class DenseIndex:
     @classmethod
     def build(cls, vectors: np.ndarray, cfg: DenseConfig) -> DenseIndex:
         """Return an index of ``cfg.index_type`` holding ``vectors`` (n, dim) float32 unit vectors."""
-        import faiss
+        faiss = _faiss()
 
         faiss.omp_set_num_threads(max(1, cfg.faiss_threads))
         n, d = vectors.shape
@@ -144,14 +181,14 @@ class DenseIndex:
 
     def save(self, path: str | Path) -> None:
         """Write the index to ``path`` (faiss binary format)."""
-        import faiss
+        faiss = _faiss()
 
         faiss.write_index(self.index, str(path))
 
     @classmethod
     def load(cls, path: str | Path, cfg: DenseConfig, *, mmap: bool = True) -> DenseIndex:
         """Return the index at ``path``; flat indexes are memory-mapped read-only when ``mmap``."""
-        import faiss
+        faiss = _faiss()
 
         path = Path(path)
         if not path.exists():

@@ -24,11 +24,11 @@ import numpy as np
 from agentrl.io import DataError, read_json, staged_dir, write_json
 from agentrl.retrieval.bm25 import BM25Config, BM25Index
 from agentrl.retrieval.dense import DenseConfig, DenseIndex, Embedder
-from agentrl.retrieval.fusion import normalized, rrf
+from agentrl.retrieval.fusion import METHODS as FUSIONS
+from agentrl.retrieval.fusion import fuse_batch
 from agentrl.retrieval.store import PassageStore, write_passages
 
 METHODS = ("bm25", "dense", "hybrid")
-FUSIONS = ("zscore", "minmax", "rrf")
 # Settings that may differ from the saved ones at load time; the rest are baked into the index files.
 SEARCH_TIME: dict[str, set[str]] = {
     "method": set(), "fusion": set(), "rrf_k": set(), "weights": set(), "depth": set(),
@@ -113,11 +113,6 @@ def _check_cfg(cfg: IndexConfig) -> None:
         raise DataError(f"unknown fusion '{cfg.fusion}' (choose from {', '.join(FUSIONS)})")
     if cfg.depth <= 0:
         raise DataError(f"depth must be > 0 (got {cfg.depth})")
-
-
-def _pairs(indices: np.ndarray, scores: np.ndarray, keep) -> list[list[tuple[int, float]]]:
-    return [[(int(i), float(s)) for i, s in zip(row_i, row_s, strict=True) if keep(i, s)]
-            for row_i, row_s in zip(indices, scores, strict=True)]
 
 
 class Retriever:
@@ -208,23 +203,19 @@ class Retriever:
         if method in ("dense", "hybrid") and self.dense is None:
             raise DataError(f"{self.directory}: loaded without the dense index; use method='bm25'")
         depth = max(top_k, self.cfg.depth) if method == "hybrid" else top_k
-        sparse = dense = None
+        lists = []
         if method in ("bm25", "hybrid"):
-            # a zero BM25 score means no query term occurs in the passage: not a hit
-            sparse = _pairs(*self.bm25.search(queries, depth), keep=lambda i, s: s > 0)
+            ids, scores = self.bm25.search(queries, depth)
+            lists.append((np.where(scores > 0, ids, -1), scores))  # score 0 = no query term matched: no hit
         if method in ("dense", "hybrid"):
-            dense = _pairs(*self.dense.search(self.embedder.encode_queries(queries), depth), keep=lambda i, s: i >= 0)
-        if method == "bm25":
-            return [row[:top_k] for row in sparse]
-        if method == "dense":
-            return [row[:top_k] for row in dense]
-        return [self.fuse(s, d)[:top_k] for s, d in zip(sparse, dense, strict=True)]
-
-    def fuse(self, sparse: list[tuple[int, float]], dense: list[tuple[int, float]]) -> list[tuple[int, float]]:
-        """Return the fusion of one query's BM25 and dense ``(index, score)`` lists per the index config."""
-        if self.cfg.fusion == "rrf":
-            return rrf([[i for i, _ in sparse], [i for i, _ in dense]], k=self.cfg.rrf_k, weights=self.cfg.weights)
-        return normalized([sparse, dense], weights=self.cfg.weights, norm=self.cfg.fusion)
+            lists.append(self.dense.search(self.embedder.encode_queries(queries), depth))
+        if method == "hybrid":
+            fused = fuse_batch([i for i, _ in lists], [s for _, s in lists], self.cfg.fusion, self.cfg.weights,
+                               self.cfg.rrf_k)
+            return [list(zip(d[:top_k].tolist(), s[:top_k].tolist(), strict=True)) for d, s in fused]
+        ids, scores = lists[0]
+        return [[(int(i), float(x)) for i, x in zip(row_i, row_s, strict=True) if i >= 0][:top_k]
+                for row_i, row_s in zip(ids, scores, strict=True)]
 
     def _hit(self, i: int, score: float) -> Hit:
         p = self.store[i]

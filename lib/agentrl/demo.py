@@ -1,0 +1,65 @@
+"""``agentrl demo``: every phase in order on the bundled data, on CPU, then one summary table.
+
+Each step reuses what an earlier run already produced (delete ``runs/`` or pass ``--rebuild`` to start
+over), so a rerun is quick and a killed run picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StepResult:
+    """One row of the demo summary."""
+
+    phase: str
+    artifacts: str
+    figures: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool = True) -> list[StepResult]:
+    """Run the phases of the preset in order; return one StepResult per phase."""
+    from agentrl.config import load_preset
+    from agentrl.pipeline import corpus_and_index, eval_qa_path
+    from agentrl.retrieval_eval import run_retrieval_eval
+
+    preset = load_preset(preset_name)
+    results: list[StepResult] = []
+
+    t = time.perf_counter()
+    run = corpus_and_index(preset, rebuild=rebuild, progress=progress)
+    report = run_retrieval_eval(run.index_dir, eval_qa_path(preset))
+    hybrid = report["methods"]["hybrid"]
+    results.append(StepResult(
+        "00 corpus", str(run.corpus_dir),
+        {"passages": run_passages(run.index_dir), "recall@5 hybrid": hybrid["recall@5"],
+         "recall@5 bm25": report["methods"]["bm25"]["recall@5"],
+         "recall@5 dense": report["methods"]["dense"]["recall@5"],
+         "recall@5 reachable": hybrid["recall@5_reachable"]},
+        time.perf_counter() - t))
+    return results
+
+
+def run_passages(index_dir) -> int:
+    """Return the passage count recorded in an index manifest."""
+    from agentrl.io import read_json
+
+    return int(read_json(index_dir / "index.json")["n_passages"])
+
+
+def print_summary(results: list[StepResult]) -> None:
+    """Print the per-phase summary table (artifacts and key figures)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="agentrl demo")
+    for col in ("phase", "artifacts", "key figures", "time"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        figures = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.figures.items())
+        table.add_row(r.phase, r.artifacts, figures, f"{r.seconds:.0f} s")
+    Console(width=160).print(table)
+    print(f"total {sum(r.seconds for r in results):.0f} s")

@@ -1,0 +1,93 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+with app.setup:
+    import marimo as mo
+    import polars as pl
+
+    from agentrl import notebook as nb
+    from agentrl.config import load_preset
+    from agentrl.pipeline import corpus_and_index, corpus_paths, eval_qa_path
+    from agentrl.retrieval import Retriever
+    from agentrl.retrieval_eval import recall_chart, results_table, run_retrieval_eval
+
+    nb.use_repo_root()
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    # 00 · Corpus and hybrid retrieval
+
+    Pools the passages of a QA set's contexts (or loads a corpus file), chunks them by embedder tokens,
+    builds a **BM25 + dense + fusion** index and measures it against the gold supporting passages —
+    over all gold and over the gold that is actually in the corpus.
+
+    Headless: `uv run python notebooks/00_corpus.py -- --config demo` (or `agentrl corpus / index /
+    retrieval-eval`). Writes `runs/corpus/<name>/` (corpus, index, `retrieval_eval.json`).
+    """)
+    return
+
+
+@app.cell
+def _():
+    args = nb.cli_args()
+    preset = load_preset(nb.arg(args, "config", "demo"))
+    rebuild = nb.arg(args, "rebuild", False)
+    preset["corpus"]
+    return preset, rebuild
+
+
+@app.cell
+def _():
+    build_button = mo.ui.run_button(label="Build corpus + index")
+    build_button
+    return (build_button,)
+
+
+@app.cell
+def _(build_button, preset, rebuild):
+    ready = (corpus_paths(preset)[1] / "index.json").exists()
+    mo.stop(nb.interactive() and not (ready or build_button.value),
+            mo.md("Press **Build corpus + index** to start (about a minute of embedding on CPU)."))
+    with mo.status.spinner("Building corpus and index (about a minute of embedding on CPU)…"):
+        run = corpus_and_index(preset, rebuild=rebuild or build_button.value)
+    mo.md(f"Index: `{run.index_dir}` ({'built now' if run.built else 'reused'})")
+    return (run,)
+
+
+@app.cell
+def _(preset, run):
+    report = run_retrieval_eval(run.index_dir, eval_qa_path(preset))
+    s = report["summary"]
+    print(f"{s['questions']} questions: {s['gold_absent_from_corpus']} of {s['gold_titles']} gold passages "
+          f"are absent from the corpus; {s['questions_all_gold_present']} questions have all their gold.")
+    print(results_table(report).select("method", "recall@2", "recall@5", "recall@10", "recall@5_reachable", "ndcg@10"))
+    mo.vstack([mo.md(f"**{s['gold_absent_from_corpus']} / {s['gold_titles']}** gold passages are not in the "
+                     "corpus; `_reachable` columns count only the rest."),
+               results_table(report), recall_chart(report)])
+    return
+
+
+@app.cell
+def _(run):
+    retriever = Retriever.load(run.index_dir)
+    method = mo.ui.dropdown(["hybrid", "bm25", "dense"], value="hybrid", label="method")
+    top_k = mo.ui.slider(1, 20, value=5, label="top k")
+    query = mo.ui.text(value="Who directed the film Ed Wood?", label="query", full_width=True)
+    mo.hstack([query, method, top_k])
+    return method, query, retriever, top_k
+
+
+@app.cell
+def _(method, query, retriever, top_k):
+    hits = retriever.search(query.value, top_k.value, method.value) if query.value.strip() else []
+    pl.DataFrame([{"rank": i + 1, "score": h.score, "title": h.title, "text": h.text[:200]}
+                  for i, h in enumerate(hits)])
+    return
+
+
+if __name__ == "__main__":
+    app.run()

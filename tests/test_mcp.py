@@ -1,0 +1,140 @@
+"""The retrieval MCP server, exercised by real MCP clients over stdio and streamable HTTP."""
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from agentrl.mcp_server import BatchSearcher, build_server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve_cmd(index, *extra):
+    return [sys.executable, "-m", "agentrl.cli", "serve", "--index", str(index), *extra]
+
+
+async def _exercise(client):
+    tools = await client.list_tools()
+    assert [t.name for t in tools.tools] == ["search"]
+    r = await client.call_tool("search", {"query": "Scott Derrickson director", "top_k": 3})
+    assert not r.is_error
+    hits = r.structured_content["result"]
+    assert len(hits) == 3 and set(hits[0]) == {"id", "title", "text", "score"}
+    assert any("Derrickson" in h["text"] for h in hits)
+    bad = await client.call_tool("search", {"query": "", "top_k": 3})
+    assert bad.is_error and "non-empty" in bad.content[0].text
+    bad = await client.call_tool("search", {"query": "x", "top_k": 0})
+    assert bad.is_error and "top_k" in bad.content[0].text
+    bad = await client.call_tool("search", {"query": "x", "top_k": "many"})
+    assert bad.is_error
+    again = await client.call_tool("search", {"query": "Ed Wood film", "top_k": 2})  # still serving
+    assert not again.is_error and len(again.structured_content["result"]) == 2
+
+
+def test_mcp_server_answers_a_real_client_over_stdio(small_index):
+    from mcp import Client, StdioServerParameters
+
+    cmd = _serve_cmd(small_index, "--transport", "stdio")
+
+    async def main():
+        async with Client(StdioServerParameters(command=cmd[0], args=cmd[1:])) as client:
+            await _exercise(client)
+
+    asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def http_server(small_index):
+    port = _free_port()
+    proc = subprocess.Popen(_serve_cmd(small_index, "--transport", "http", "--port", str(port)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read()[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.3)
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def test_mcp_server_answers_a_real_client_over_http(http_server):
+    from mcp import Client
+
+    async def main():
+        async with Client(http_server) as client:
+            await _exercise(client)
+
+    asyncio.run(main())
+
+
+def test_concurrent_http_clients_all_get_their_own_answers(http_server, small_retriever):
+    from mcp import Client
+
+    queries = ["Scott Derrickson", "Ed Wood", "Tyler Bates", "Doctor Strange", "Adam Collis", "Hellraiser"]
+    expected = {q: small_retriever.search(q, 1)[0].id for q in queries}
+    assert len(set(expected.values())) > 3
+
+    async def one(q):
+        async with Client(http_server) as client:
+            r = await client.call_tool("search", {"query": q, "top_k": 1})
+            return q, r.structured_content["result"][0]["id"]
+
+    async def main():
+        return await asyncio.gather(*(one(q) for q in queries * 3))
+
+    results = asyncio.run(main())
+    assert len(results) == 18
+    for q, passage_id in results:
+        assert passage_id == expected[q]
+
+
+class CountingRetriever:
+    """Wraps the real retriever to record the batch sizes the searcher sends."""
+
+    def __init__(self, inner):
+        self.inner, self.batches = inner, []
+
+    def search_batch(self, queries, top_k, method=None):
+        self.batches.append(len(queries))
+        return self.inner.search_batch(queries, top_k, method)
+
+
+def test_concurrent_calls_are_batched_not_queued_one_by_one(small_retriever):
+    counting = CountingRetriever(small_retriever)
+    searcher = BatchSearcher(counting)
+    queries = [f"film director {i}" for i in range(40)]
+
+    async def main():
+        return await asyncio.gather(*(searcher.search(q, 2 + i % 3) for i, q in enumerate(queries)))
+
+    results = asyncio.run(main())
+    assert sum(counting.batches) == 40 and len(counting.batches) < 40 and max(counting.batches) > 1
+    assert [len(r) for r in results] == [2 + i % 3 for i in range(40)]
+    expected = small_retriever.search(queries[5], 4)
+    assert [p.id for p in results[5]] == [h.id for h in expected[: 2 + 5 % 3]]
+
+
+def test_in_process_server_reports_tool_errors_and_keeps_serving(small_retriever):
+    from mcp import Client
+
+    server = build_server(small_retriever, max_top_k=10)
+
+    async def main():
+        async with Client(server) as client:
+            r = await client.call_tool("search", {"query": "x", "top_k": 11})
+            assert r.is_error and "between 1 and 10" in r.content[0].text
+            ok = await client.call_tool("search", {"query": "Ed Wood", "top_k": 10})
+            assert not ok.is_error
+
+    asyncio.run(main())

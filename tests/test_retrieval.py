@@ -1,0 +1,131 @@
+import json
+import shutil
+
+import numpy as np
+import pytest
+from agentrl.io import DataError
+from agentrl.retrieval import BM25Config, BM25Index, Retriever, normalized, rrf
+from agentrl.retrieval.bm25 import tokenize
+from agentrl.retrieval_eval import evaluate_retrieval, question_metrics
+
+
+def test_query_and_corpus_get_the_same_stemming():
+    cfg = BM25Config()
+    assert tokenize(["The directors running studios"], cfg) == tokenize(["director run studio"], cfg)
+    index = BM25Index.build(["Studios run by directors", "A cat sleeps", "Dogs bark loudly"], cfg)
+    docs, scores = index.search(["directing the running studio"], 3)
+    assert docs[0][0] == 0 and scores[0][0] > 0
+
+
+def test_unmatched_query_scores_zero_and_yields_no_bm25_hit(small_retriever):
+    assert small_retriever.search("qwxzzv plokjh", 5, "bm25") == []
+
+
+def test_rrf_matches_hand_computation():
+    fused = rrf([[7, 3], [3, 9]], k=60)
+    assert [d for d, _ in fused] == [3, 7, 9]
+    assert fused[0][1] == pytest.approx(1 / 62 + 1 / 61)
+    assert fused[1][1] == pytest.approx(1 / 61)
+    assert fused[2][1] == pytest.approx(1 / 62)
+
+
+def test_rrf_ties_break_by_best_rank_then_position_whatever_the_input_order():
+    a = rrf([[5, 2], [2, 5]], k=60)
+    b = rrf([[2, 5], [5, 2]], k=60)
+    assert a == b and [d for d, _ in a] == [2, 5]
+    # docs 4 and 8 tie in score and best rank; the lower position wins every time
+    for _ in range(20):
+        assert [d for d, _ in rrf([[8], [4]], k=60)] == [4, 8]
+
+
+def test_zscore_fusion_matches_hand_computation():
+    # bm25 scores 3, 1 -> z = +1, -1 ; dense 0.9 (doc 2), 0.5 (doc 3), 0.1 (doc 1) -> z = 1.2247, 0, -1.2247
+    fused = dict(normalized([[(1, 3.0), (2, 1.0)], [(2, 0.9), (3, 0.5), (1, 0.1)]], norm="zscore"))
+    z = 1.5 ** 0.5
+    assert fused[1] == pytest.approx(1 - z)
+    assert fused[2] == pytest.approx(-1 + z)
+    assert fused[3] == pytest.approx(-1 + 0.0)  # missing from bm25 -> that list's minimum
+    mm = dict(normalized([[(1, 3.0), (2, 1.0)], [(2, 0.9), (3, 0.5), (1, 0.1)]], norm="minmax"))
+    assert mm == pytest.approx({1: 1.0, 2: 1.0, 3: 0.5})
+
+
+def test_hybrid_search_is_deterministic(small_retriever):
+    q = "Which American film director made Ed Wood?"
+    first = [(h.id, h.score) for h in small_retriever.search(q, 10)]
+    for _ in range(3):
+        assert [(h.id, h.score) for h in small_retriever.search(q, 10)] == first
+
+
+def test_save_load_round_trip_gives_identical_rankings(small_index, tmp_path, hotpot_rows):
+    copy = tmp_path / "copy"
+    shutil.copytree(small_index, copy)
+    a, b = Retriever.load(small_index), Retriever.load(copy)
+    questions = [r["question"] for r in hotpot_rows[:24]]
+    for method in ("bm25", "dense", "hybrid"):
+        ra = [[(h.id, h.score) for h in hits] for hits in a.search_batch(questions, 10, method)]
+        rb = [[(h.id, h.score) for h in hits] for hits in b.search_batch(questions, 10, method)]
+        assert ra == rb
+
+
+def test_search_returns_passages_with_titles_and_respects_top_k(small_retriever):
+    hits = small_retriever.search("Scott Derrickson", 3)
+    assert len(hits) == 3
+    assert hits[0].title and hits[0].text and hits[0].id
+    assert any("Derrickson" in h.text for h in hits)
+
+
+@pytest.mark.parametrize("query,top_k,match", [("", 5, "non-empty"), ("   ", 5, "non-empty"),
+                                               ("ok", 0, "top_k"), ("ok", -3, "top_k")])
+def test_bad_search_arguments_raise_clear_errors(small_retriever, query, top_k, match):
+    with pytest.raises(DataError, match=match):
+        small_retriever.search(query, top_k)
+
+
+def test_missing_index_files_are_reported_by_name(small_index, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(small_index, broken)
+    (broken / "dense.faiss").unlink()
+    with pytest.raises(DataError, match="dense.faiss"):
+        Retriever.load(broken)
+    with pytest.raises(DataError, match="not found"):
+        Retriever.load(tmp_path / "nowhere")
+
+
+def test_index_files_disagreeing_with_the_manifest_are_rejected(small_index, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(small_index, broken)
+    manifest = json.loads((broken / "index.json").read_text())
+    manifest["n_passages"] += 1
+    (broken / "index.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match="disagree"):
+        Retriever.load(broken)
+
+
+def test_build_time_settings_cannot_be_overridden_at_load(small_index):
+    with pytest.raises(DataError, match="rebuild"):
+        Retriever.load(small_index, overrides={"bm25": {"k1": 2.0}})
+    r = Retriever.load(small_index, overrides={"fusion": "rrf", "depth": 20})
+    assert r.cfg.fusion == "rrf" and r.cfg.depth == 20
+
+
+def test_retrieval_metrics_on_a_hand_checkable_ranking():
+    ranked = ["A", "X", "A", "B", "Y"]  # A's second chunk must not be credited twice
+    m = question_metrics(ranked, {"A", "B", "C"}, ks=(1, 2, 5))
+    assert m["recall@1"] == pytest.approx(1 / 3)
+    assert m["recall@5"] == pytest.approx(2 / 3)
+    assert m["all_gold@5"] == 0.0
+    assert m["mrr@10"] == 1.0
+    dcg = 1 / np.log2(2) + 1 / np.log2(5)
+    ideal = 1 / np.log2(2) + 1 / np.log2(3) + 1 / np.log2(4)
+    assert m["ndcg@10"] == pytest.approx(dcg / ideal)
+    assert question_metrics(["Z", "B"], {"B"}, ks=(1,))["mrr@10"] == 0.5
+
+
+def test_evaluation_separates_gold_missing_from_the_corpus(small_retriever, hotpot_rows):
+    report = evaluate_retrieval(small_retriever, hotpot_rows[:24], ks=(5, 10))
+    s = report["summary"]
+    assert s["questions"] == 24 and s["gold_titles"] == 48
+    assert 0 < s["gold_absent_from_corpus"] < 48
+    for m in report["methods"].values():
+        assert m["recall@10_reachable"] >= m["recall@10"]
+    assert report["methods"]["hybrid"]["recall@10_reachable"] > 0.7
