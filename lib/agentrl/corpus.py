@@ -299,7 +299,8 @@ def build_corpus(out_dir: str | Path, *, qa: str | Path | None = None, corpus_fi
             raise DataError(f"{qa}: no context paragraphs to build a corpus from (give --corpus-file)")
     else:
         docs = load_corpus_file(corpus_file, limit=limit)
-    passages = list(chunk_documents(tqdm(docs, desc="chunking", unit="doc", disable=None if progress else True), chunker))
+    bar = tqdm(docs, desc="chunking", unit="doc", disable=None if progress else True)  # None: off without a TTY
+    passages = list(chunk_documents(bar, chunker))
     if not passages:
         raise DataError("the corpus is empty after chunking (all documents have empty text)")
     counts = {"documents": len(docs), "passages": len(passages),
