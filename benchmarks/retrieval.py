@@ -34,17 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl"
 
 
-def ensure_sample_index(index_dir: Path) -> Path:
-    """Build the sample corpus + index once (about a minute of embedding) and reuse it afterwards."""
-    if (index_dir / "index.json").exists():
-        return index_dir
-    from agentrl.corpus import build_corpus, read_corpus
-    from agentrl.retrieval import build_index
+def sample_index() -> Path:
+    """Return the demo preset's sample index, building it (about a minute of embedding) if needed."""
+    from agentrl.config import load_preset
+    from agentrl.pipeline import corpus_and_index
 
-    corpus_dir = index_dir.parent
-    build_corpus(corpus_dir, qa=SAMPLE, progress=False)
-    build_index(read_corpus(corpus_dir), index_dir, progress=False)
-    return index_dir
+    return corpus_and_index(load_preset("demo"), runs=ROOT / "runs", progress=False).index_dir
 
 
 # ----------------------------------------------------------------------------- quality
@@ -299,15 +294,13 @@ def _cpu_seconds(pid: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="quality,speed,mcp")
-    ap.add_argument("--index", default=str(ROOT / "runs" / "bench" / "hotpotqa" / "index"))
+    ap.add_argument("--index", help="index directory (default: the demo preset's sample index)")
     ap.add_argument("--docs", type=int, default=100_000)
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parts = set(args.parts.split(","))
     results: dict = {}
-    index_dir = Path(args.index)
-    if parts & {"quality", "mcp"}:
-        ensure_sample_index(index_dir)
+    index_dir = Path(args.index) if args.index else sample_index() if parts & {"quality", "mcp"} else None
     if "quality" in parts:
         q = results["quality"] = bench_quality(index_dir)
         print(f"quality (recall@5, HotpotQA sample; {100 * q['gold_present_share']:.1f}% of gold in corpus): "

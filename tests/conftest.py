@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,3 +51,59 @@ def small_retriever(small_index):
     from agentrl.retrieval import Retriever
 
     return Retriever.load(small_index)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_process(cmd: list[str], port: int, timeout: float = 120) -> subprocess.Popen:
+    """Start a server process and wait until its port accepts connections."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{cmd[2:4]} exited: {proc.stderr.read()[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"{cmd} did not start listening on {port}")
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def endpoint_url():
+    """A real scripted OpenAI-compatible server process on loopback (agentrl.scripted_endpoint)."""
+    port = free_port()
+    proc = start_process([sys.executable, "-m", "agentrl.scripted_endpoint", "--port", str(port)], port)
+    yield f"http://127.0.0.1:{port}/v1"
+    stop_process(proc)
+
+
+@pytest.fixture(scope="session")
+def mcp_url(small_index):
+    """A real MCP retrieval server (agentrl serve --transport http) on loopback."""
+    port = free_port()
+    proc = start_process([sys.executable, "-m", "agentrl.cli", "serve", "--index", str(small_index),
+                          "--transport", "http", "--port", str(port)], port)
+    yield f"http://127.0.0.1:{port}/mcp"
+    stop_process(proc)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """The tiny offline model (tokenizer + random Qwen3), built once per session."""
+    from agentrl.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", data_dir=ROOT / "data" / "samples")

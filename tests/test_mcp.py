@@ -1,19 +1,10 @@
 """The retrieval MCP server, exercised by real MCP clients over stdio and streamable HTTP."""
 
 import asyncio
-import socket
-import subprocess
 import sys
-import time
 
-import pytest
-from agentrl.mcp_server import BatchSearcher, build_server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from agentrl.mcp_server import build_server
+from agentrl.retrieval.batcher import BatchSearcher
 
 
 def _serve_cmd(index, *extra):
@@ -50,35 +41,17 @@ def test_mcp_server_answers_a_real_client_over_stdio(small_index):
     asyncio.run(main())
 
 
-@pytest.fixture(scope="module")
-def http_server(small_index):
-    port = _free_port()
-    proc = subprocess.Popen(_serve_cmd(small_index, "--transport", "http", "--port", str(port)),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stderr.read()[-2000:]}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.3)
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    proc.wait(timeout=20)
-
-
-def test_mcp_server_answers_a_real_client_over_http(http_server):
+def test_mcp_server_answers_a_real_client_over_http(mcp_url):
     from mcp import Client
 
     async def main():
-        async with Client(http_server) as client:
+        async with Client(mcp_url) as client:
             await _exercise(client)
 
     asyncio.run(main())
 
 
-def test_concurrent_http_clients_all_get_their_own_answers(http_server, small_retriever):
+def test_concurrent_http_clients_all_get_their_own_answers(mcp_url, small_retriever):
     from mcp import Client
 
     queries = ["Scott Derrickson", "Ed Wood", "Tyler Bates", "Doctor Strange", "Adam Collis", "Hellraiser"]
@@ -86,7 +59,7 @@ def test_concurrent_http_clients_all_get_their_own_answers(http_server, small_re
     assert len(set(expected.values())) > 3
 
     async def one(q):
-        async with Client(http_server) as client:
+        async with Client(mcp_url) as client:
             r = await client.call_tool("search", {"query": q, "top_k": 1})
             return q, r.structured_content["result"][0]["id"]
 

@@ -115,6 +115,82 @@ def cmd_serve(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- phase 01
+
+
+def eval_config(args, preset: dict):
+    """Return the EvalConfig from the preset's [eval] table with the command-line flags applied."""
+    import json
+
+    from agentrl.config import from_dict
+    from agentrl.evaluate import EvalConfig
+    from agentrl.judge import JudgeConfig
+
+    cfg = from_dict(EvalConfig, preset.get("eval"), "eval")
+    for key in ("name", "qa", "limit", "offset", "env", "index", "mcp_url", "top_k", "max_searches", "prompt",
+                "policy", "passage_chars"):
+        value = getattr(args, key, None)
+        if value is not None:
+            setattr(cfg, key, value)
+    ep = cfg.endpoint
+    for key in ("base_url", "model", "api_key", "temperature", "top_p", "max_tokens"):
+        if getattr(args, key) is not None:
+            setattr(ep, key, getattr(args, key))
+    if args.extra_body:
+        try:
+            ep.extra_body = json.loads(args.extra_body)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"--extra-body is not valid JSON ({exc})") from None
+    if args.retries is not None:
+        ep.max_retries = args.retries
+    if args.model_path:
+        cfg.local.model = args.model_path
+    if args.adapter:
+        cfg.local.adapter = args.adapter
+    for key, attr in (("concurrency", "concurrency"), ("max_turns", "max_turns"), ("timeout", "item_timeout")):
+        if getattr(args, key) is not None:
+            setattr(cfg.run, attr, getattr(args, key))
+    if args.judge_model:
+        cfg.judge = cfg.judge or JudgeConfig()
+        cfg.judge.model = args.judge_model
+        cfg.judge.base_url = args.judge_base_url or cfg.judge.base_url
+    return cfg
+
+
+def cmd_eval(args) -> int:
+    from agentrl.evaluate import run_eval
+
+    preset = _preset(args)
+    cfg = eval_config(args, preset)
+    metrics = run_eval(cfg, preset, resume=args.resume, overwrite=args.overwrite)
+    print_eval_metrics(metrics, RUNS / "eval" / cfg.name)
+    return 0
+
+
+def print_eval_metrics(metrics: dict, out_dir) -> None:
+    """Print overall and per-type metrics of an evaluation run."""
+    from rich.console import Console
+    from rich.table import Table
+
+    keys = [k for k in ("em", "f1", "acc", "judge", "exec") if k in metrics["overall"]]
+    table = Table(title=f"{out_dir}: {metrics['n']} items, {metrics['errors']} errors, finish {metrics['finish']}")
+    for col in ["group", "n", *keys]:
+        table.add_column(col)
+    table.add_row("all", str(metrics["n"]), *(f"{metrics['overall'][k]:.4f}" for k in keys))
+    for field in ("type", "level"):
+        for group, m in (metrics.get(f"by_{field}") or {}).items():
+            table.add_row(f"{field}={group}", str(m["n"]), *(f"{m.get(k, 0):.4f}" for k in keys))
+    Console(width=140).print(table)
+
+
+def cmd_tiny_model(args) -> int:
+    from agentrl.tiny import build_tiny_model
+
+    out = build_tiny_model(args.out)
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from agentrl.demo import print_summary, run_demo
 
@@ -173,6 +249,47 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--limit", type=int)
     c.add_argument("--no-chart", action="store_true")
     c.set_defaults(func=cmd_retrieval_eval)
+
+    c = sub.add_parser("eval", help="run an agent over a QA set (endpoint, local model or oracle) and score it")
+    c.add_argument("--config", help="preset name or TOML path (its [eval] table gives defaults)")
+    c.add_argument("--name", help="run name (runs/eval/NAME)")
+    c.add_argument("--qa", help="QA JSONL (default: the preset's)")
+    c.add_argument("--limit", type=int)
+    c.add_argument("--offset", type=int)
+    c.add_argument("--env", choices=["search", "sql"])
+    c.add_argument("--index", help="index directory (default: the preset's phase-00 index)")
+    c.add_argument("--mcp-url", help="search through an MCP retrieval server, e.g. http://127.0.0.1:8765/mcp")
+    c.add_argument("--top-k", type=int)
+    c.add_argument("--max-searches", type=int)
+    c.add_argument("--passage-chars", type=int, help="cut each returned passage to this many characters")
+    c.add_argument("--prompt", help="system prompt name (search, search_brief, sql) or text")
+    c.add_argument("--policy", choices=["endpoint", "local", "oracle"])
+    g = c.add_argument_group("endpoint policy")
+    g.add_argument("--base-url", help="OpenAI-compatible base URL (or OPENAI_BASE_URL)")
+    g.add_argument("--model", help="model name at the endpoint (or OPENAI_MODEL)")
+    g.add_argument("--api-key", help="prefer OPENAI_API_KEY or .env; never written to any file")
+    g.add_argument("--temperature", type=float)
+    g.add_argument("--top-p", type=float)
+    g.add_argument("--max-tokens", type=int)
+    g.add_argument("--extra-body", help="JSON passed through, e.g. '{\"chat_template_kwargs\": {...}}'")
+    g.add_argument("--retries", type=int, help="retries per call on 429/5xx/timeouts")
+    g = c.add_argument_group("local policy")
+    g.add_argument("--model-path", help="local model directory or hub id")
+    g.add_argument("--adapter", help="LoRA adapter directory")
+    g = c.add_argument_group("batch")
+    g.add_argument("--concurrency", type=int)
+    g.add_argument("--max-turns", type=int)
+    g.add_argument("--timeout", type=float, help="per-item timeout in seconds")
+    g.add_argument("--resume", action="store_true", help="keep finished items, retry errored ones")
+    g.add_argument("--overwrite", action="store_true", help="start the run directory afresh")
+    g = c.add_argument_group("judge")
+    g.add_argument("--judge-model")
+    g.add_argument("--judge-base-url")
+    c.set_defaults(func=cmd_eval)
+
+    c = sub.add_parser("tiny-model", help="build the tiny offline model (tokenizer + random Qwen3)")
+    c.add_argument("--out", default="runs/models/tiny")
+    c.set_defaults(func=cmd_tiny_model)
 
     c = sub.add_parser("serve", help="serve the retriever as an MCP tool (stdio or streamable HTTP)")
     c.add_argument("--index", required=True)

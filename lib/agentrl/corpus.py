@@ -232,7 +232,7 @@ class Chunker:
         """
         if not text.strip():
             return []
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
         offsets = [o for o in enc["offset_mapping"] if o[1] > o[0]]
         n = len(offsets)
         if n <= self.size:

@@ -10,12 +10,10 @@ keeps accepting calls and throughput grows with concurrency.
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
-
 from pydantic import BaseModel
 
 from agentrl.io import DataError
+from agentrl.retrieval.batcher import BatchSearcher
 
 
 class Passage(BaseModel):
@@ -25,38 +23,6 @@ class Passage(BaseModel):
     title: str
     text: str
     score: float
-
-
-class BatchSearcher:
-    """Answer concurrent search requests with batched retrieval calls in a worker thread."""
-
-    def __init__(self, retriever, method: str | None = None, max_batch: int = 64):
-        self.retriever, self.method, self.max_batch = retriever, method, max_batch
-        self._pending: deque[tuple[str, int, asyncio.Future]] = deque()
-        self._worker: asyncio.Task | None = None
-
-    async def search(self, query: str, top_k: int) -> list[Passage]:
-        """Return the top_k passages for ``query`` once the batch containing it has run."""
-        fut = asyncio.get_running_loop().create_future()
-        self._pending.append((query, top_k, fut))
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.create_task(self._drain())
-        return await fut
-
-    async def _drain(self) -> None:
-        while self._pending:
-            batch = [self._pending.popleft() for _ in range(min(self.max_batch, len(self._pending)))]
-            k = max(top_k for _, top_k, _ in batch)
-            try:
-                hits = await asyncio.to_thread(self.retriever.search_batch, [q for q, _, _ in batch], k, self.method)
-            except Exception as exc:  # one bad batch must not strand the callers waiting on it
-                for _, _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for (_, top_k, fut), row in zip(batch, hits, strict=True):
-                if not fut.done():
-                    fut.set_result([Passage(id=h.id, title=h.title, text=h.text, score=h.score) for h in row[:top_k]])
 
 
 def build_server(retriever, *, method: str | None = None, max_top_k: int = 50, name: str = "agentrl-retrieval"):
@@ -80,9 +46,10 @@ def build_server(retriever, *, method: str | None = None, max_top_k: int = 50, n
         if top_k < 1 or top_k > max_top_k:
             raise ToolError(f"top_k must be between 1 and {max_top_k} (got {top_k})")
         try:
-            return await searcher.search(query, top_k)
+            hits = await searcher.search(query, top_k)
         except DataError as exc:
             raise ToolError(str(exc)) from None
+        return [Passage(id=h.id, title=h.title, text=h.text, score=h.score) for h in hits]
 
     return server
 

@@ -6,6 +6,7 @@ Stemming only one side is a silent recall loss ("running" never meets "run"), so
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,12 +34,15 @@ def tokenize(texts: list[str], cfg: BM25Config) -> list[list[str]]:
     """Return the BM25 token lists of ``texts`` (lower-cased, stopwords removed, stemmed per ``cfg``)."""
     import bm25s
 
-    stemmer = None
-    if cfg.stemmer:
-        import Stemmer
-
-        stemmer = Stemmer.Stemmer(cfg.stemmer)
+    stemmer = _stemmer(cfg.stemmer) if cfg.stemmer else None
     return bm25s.tokenize(texts, stopwords=cfg.stopwords, stemmer=stemmer, return_ids=False, show_progress=False)
+
+
+@functools.cache
+def _stemmer(language: str):
+    import Stemmer
+
+    return Stemmer.Stemmer(language)
 
 
 class BM25Index:

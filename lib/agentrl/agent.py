@@ -1,0 +1,132 @@
+"""The agent loop: a policy and an environment take turns until the policy answers or runs out of turns.
+
+``run_episode(policy, task, row)`` returns one trajectory (the format every phase reads, docs/formats.md).
+A bad model reply never crashes the loop: unknown tools, invalid JSON arguments, unparseable tool calls
+and exceptions inside tools come back to the model as tool messages; the answer is the last
+``<answer>...</answer>`` of the final assistant turn.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from agentrl.envs.base import call_tool, tool_schemas
+from agentrl.policies.base import Turn
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+HEAVY_METADATA = ("context", "paragraphs", "table")  # large per-row fields kept out of trajectories
+
+
+def extract_answer(text: str | None) -> str | None:
+    """Return the stripped content of the last ``<answer>...</answer>`` in ``text``, or None."""
+    found = _ANSWER.findall(text or "")
+    return found[-1].strip() if found else None
+
+
+def assistant_message(turn: Turn) -> dict:
+    """Return the trajectory message for an assistant turn (OpenAI shape, plus ``reasoning`` when given)."""
+    msg: dict[str, Any] = {"role": "assistant", "content": turn.content or ""}
+    if turn.tool_calls:
+        msg["tool_calls"] = [{"id": c["id"], "type": "function",
+                              "function": {"name": c["name"], "arguments": c["arguments"]}} for c in turn.tool_calls]
+    if turn.reasoning:
+        msg["reasoning"] = turn.reasoning
+    return msg
+
+
+async def run_episode(policy, task, row: dict, *, max_turns: int = 6, env=None) -> dict:
+    """Run one task row to completion and return its trajectory (metrics included).
+
+    Exceptions from the policy (after its own retries) propagate; the batch runner records them.
+    """
+    env = env if env is not None else task.make_env()
+    env.reset(**row)
+    tools = tool_schemas(env)
+    messages: list[dict] = [{"role": "system", "content": task.system_prompt},
+                            {"role": "user", "content": row["question"]}]
+    per_turn: list[dict] = []
+    tool_errors: dict[str, int] = {}
+    n_tool_calls, llm_s, tool_s = 0, 0.0, 0.0
+    finish = "max_turns"
+    started = time.time()
+    for turn_no in range(max_turns):
+        turn = await policy.generate(messages, tools, row)
+        llm_s += turn.latency_s
+        per_turn.append({"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
+                         "latency_s": round(turn.latency_s, 4), "finish_reason": turn.finish_reason})
+        messages.append(assistant_message(turn))
+        if not turn.tool_calls:
+            if extract_answer(turn.content) is not None:
+                finish = "answer"
+            elif turn.finish_reason == "length":
+                finish = "length"
+            else:
+                finish = "no_answer"
+            break
+        for i, call in enumerate(turn.tool_calls):
+            t = time.perf_counter()
+            if call["name"] is None:
+                content, err = f"Error: could not parse the tool call: {call['arguments'][:200]}", "invalid_tool_call"
+            else:
+                content, err = await call_tool(env, call["name"], call["arguments"])
+            tool_s += time.perf_counter() - t
+            n_tool_calls += 1
+            if err:
+                tool_errors[err] = tool_errors.get(err, 0) + 1
+            messages.append({"role": "tool", "tool_call_id": call["id"] or f"call_{turn_no}_{i}",
+                             "name": call["name"] or "", "content": content})
+    final = messages[-1] if messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls") else None
+    prediction = extract_answer(final["content"]) if final else None
+    return {
+        "id": row["id"],
+        "env": task.name,
+        "model": getattr(policy, "model", None),
+        "policy": policy.kind,
+        "question": row["question"],
+        "golden_answers": row.get("golden_answers", []),
+        "messages": messages,
+        "tools": tools,
+        "prediction": prediction,
+        "metrics": task.score(prediction, row, env),
+        "usage": usage_summary(per_turn, n_tool_calls, tool_errors),
+        "finish": finish,
+        "error": None,
+        "timing": {"started": round(started, 3), "seconds": round(time.time() - started, 4),
+                   "llm_seconds": round(llm_s, 4), "tool_seconds": round(tool_s, 4)},
+        "metadata": {k: v for k, v in (row.get("metadata") or {}).items() if k not in HEAVY_METADATA},
+    }
+
+
+def usage_summary(per_turn: list[dict], tool_calls: int, tool_errors: dict[str, int]) -> dict:
+    """Return the trajectory ``usage`` block: turn/tool counts, token totals, the last turn and every turn."""
+    def total(key: str) -> int | None:
+        values = [t[key] for t in per_turn if t.get(key) is not None]
+        return sum(values) if values else None
+
+    prompt, completion = total("prompt_tokens"), total("completion_tokens")
+    last = per_turn[-1] if per_turn else {}
+    return {
+        "turns": len(per_turn),
+        "tool_calls": tool_calls,
+        "tool_errors": sum(tool_errors.values()),
+        "tool_error_kinds": tool_errors,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": None if prompt is None and completion is None else (prompt or 0) + (completion or 0),
+        "last_turn": {"prompt_tokens": last.get("prompt_tokens"), "completion_tokens": last.get("completion_tokens")},
+        "per_turn": per_turn,
+    }
+
+
+def error_trajectory(policy, task, row: dict, error: str, started: float) -> dict:
+    """Return the record of an item that failed (policy error, timeout): no messages, zero metrics."""
+    return {
+        "id": row["id"], "env": task.name, "model": getattr(policy, "model", None), "policy": policy.kind,
+        "question": row["question"], "golden_answers": row.get("golden_answers", []), "messages": [], "tools": [],
+        "prediction": None, "metrics": task.score(None, row, None), "usage": usage_summary([], 0, {}),
+        "finish": "error", "error": error,
+        "timing": {"started": round(started, 3), "seconds": round(time.time() - started, 4)},
+        "metadata": {k: v for k, v in (row.get("metadata") or {}).items() if k not in HEAVY_METADATA},
+    }

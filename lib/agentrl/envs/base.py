@@ -1,0 +1,95 @@
+"""The environment contract, shared by evaluation, trajectory synthesis and TRL's GRPO ``environment_factory``.
+
+An environment is a plain class: ``reset(**row)`` starts an episode, every public method is a tool (typed
+arguments, Google-style docstring), ``get_reward()`` is optional. Tool schemas come from
+``transformers.utils.get_json_schema`` so evaluation, SFT data and GRPO render identical tool definitions.
+Helpers that must not become tools are private or classmethods (TRL lists plain functions of the class).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from typing import Any
+
+RESERVED = ("reset", "get_reward")
+
+
+@functools.cache
+def _tool_names(cls: type) -> tuple[str, ...]:
+    return tuple(name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+                 if name not in RESERVED and not name.startswith("_"))
+
+
+@functools.cache
+def _schemas(cls: type) -> tuple[str, ...]:
+    from transformers.utils import get_json_schema
+
+    return tuple(json.dumps(get_json_schema(getattr(cls, name))) for name in sorted(_tool_names(cls)))
+
+
+def tool_methods(env: Any) -> dict[str, Any]:
+    """Return ``{name: bound method}`` for the env's tools, by the same rule TRL applies."""
+    return {name: getattr(env, name) for name in _tool_names(type(env))}
+
+
+def tool_schemas(env: Any) -> list[dict]:
+    """Return the JSON schemas of the env's tools (``{"type": "function", "function": {...}}``), sorted by name.
+
+    Built once per class (docstring parsing is not free) and returned as fresh copies.
+    """
+    return [json.loads(s) for s in _schemas(type(env))]
+
+
+def api_tools(schemas: list[dict]) -> list[dict]:
+    """Return the schemas as an OpenAI ``tools`` request field (without the non-standard ``return`` entry)."""
+    return [{"type": "function", "function": {k: v for k, v in s["function"].items() if k != "return"}}
+            for s in schemas]
+
+
+def parse_arguments(raw: Any) -> dict:
+    """Return tool-call arguments as a dict; ``raw`` is a JSON string (OpenAI) or already a dict.
+
+    Raises ValueError with a readable message for invalid JSON or a non-object.
+    """
+    if isinstance(raw, dict):
+        return raw
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ValueError(f"invalid JSON in arguments ({exc}): {str(raw)[:200]}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+async def call_tool(env: Any, name: str, raw_arguments: Any) -> tuple[str, str | None]:
+    """Run one tool call; return ``(content, error_kind)`` where error_kind is None on success.
+
+    Never raises for a bad call: an unknown tool, invalid JSON arguments, wrong argument names/types and
+    exceptions inside the tool all come back as ``"Error: ..."`` text for the model to read, with
+    error_kind ``unknown_tool`` / ``invalid_arguments`` / ``tool_exception``. Sync tools run in a thread.
+    """
+    tools = tool_methods(env)
+    fn = tools.get(name)
+    if fn is None:
+        return f"Error: unknown tool '{name}'. Available tools: {', '.join(sorted(tools)) or 'none'}.", "unknown_tool"
+    try:
+        args = parse_arguments(raw_arguments)
+        inspect.signature(fn).bind(**args)
+    except (ValueError, TypeError) as exc:
+        return f"Error: invalid arguments for {name}: {exc}", "invalid_arguments"
+    try:
+        result = await fn(**args) if inspect.iscoroutinefunction(fn) else await _in_thread(fn, args)
+    except Exception as exc:  # the model reads the error and can try again
+        return f"Error: {type(exc).__name__}: {exc}", "tool_exception"
+    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False), None
+
+
+async def _in_thread(fn, args: dict):
+    import asyncio
+
+    return await asyncio.to_thread(fn, **args)

@@ -1,0 +1,132 @@
+"""Phase 01: evaluate (or synthesise trajectories with) a policy over a QA set, into ``runs/eval/<name>/``.
+
+``EvalConfig`` is the ``[eval]`` table of a preset; :func:`run_eval` builds the task (environment +
+prompt), the policy and the optional judge from it and runs the batch runner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentrl.io import DataError
+from agentrl.judge import JudgeConfig
+from agentrl.policies.endpoint import EndpointConfig
+from agentrl.policies.local import LocalConfig
+from agentrl.runner import RunConfig
+
+POLICIES = ("endpoint", "local", "oracle")
+
+
+@dataclass
+class EvalConfig:
+    """Everything an evaluation run needs besides the preset's corpus."""
+
+    name: str = "eval"
+    qa: str | None = None  # default: the corpus QA file
+    limit: int | None = None
+    offset: int = 0
+    env: str = "search"  # search | sql
+    index: str | None = None  # default: the preset's phase-00 index
+    mcp_url: str | None = None  # search through a remote MCP retrieval server instead
+    top_k: int = 5
+    max_searches: int = 4
+    passage_chars: int | None = None
+    prompt: str | None = None  # default: the env's prompt
+    policy: str = "endpoint"
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+    local: LocalConfig = field(default_factory=LocalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    judge: JudgeConfig | None = None
+
+
+def build_task(cfg: EvalConfig, preset: dict | None = None):
+    """Return the Task for ``cfg.env`` (loading the retriever or connecting to the MCP server)."""
+    if cfg.env == "search":
+        from agentrl.envs.search import LocalSearch, MCPSearch
+        from agentrl.tasks import search_task
+
+        if cfg.mcp_url:
+            backend = MCPSearch(cfg.mcp_url)
+        else:
+            from agentrl.pipeline import corpus_paths
+            from agentrl.retrieval import Retriever
+
+            index = cfg.index or str(corpus_paths(preset or {})[1])
+            backend = LocalSearch(Retriever.load(index))
+        return search_task(backend, top_k=cfg.top_k, max_searches=cfg.max_searches, prompt=cfg.prompt or "search",
+                           passage_chars=cfg.passage_chars)
+    if cfg.env == "sql":
+        from agentrl.tasks import sql_task
+
+        return sql_task(prompt=cfg.prompt or "sql", max_calls=cfg.max_searches)
+    raise DataError(f"unknown env '{cfg.env}' (search, sql)")
+
+
+def build_policy(cfg: EvalConfig, task=None):
+    """Return the policy named by ``cfg.policy`` (the oracle follows the task's plan)."""
+    if cfg.policy == "endpoint":
+        from agentrl.policies.endpoint import EndpointPolicy
+
+        return EndpointPolicy(cfg.endpoint)
+    if cfg.policy == "local":
+        from agentrl.policies.local import LocalPolicy
+
+        return LocalPolicy(cfg.local)
+    if cfg.policy == "oracle":
+        from agentrl.policies.oracle import OraclePolicy
+
+        return OraclePolicy(task.oracle_plan) if task is not None else OraclePolicy()
+    raise DataError(f"unknown policy '{cfg.policy}' (choose from {', '.join(POLICIES)})")
+
+
+def load_rows(cfg: EvalConfig, preset: dict | None = None) -> list[dict]:
+    """Return the task rows to run (``offset``/``limit`` applied)."""
+    if cfg.env == "sql":
+        from agentrl.envs.sql import load_dbbench
+
+        rows = load_dbbench(cfg.qa or "data/samples/dbbench_dev.jsonl")
+    else:
+        from agentrl.corpus import load_qa
+        from agentrl.pipeline import eval_qa_path
+
+        rows = load_qa(cfg.qa or eval_qa_path(preset or {}))
+    rows = rows[cfg.offset:]
+    return rows[:cfg.limit] if cfg.limit is not None else rows
+
+
+def run_eval(cfg: EvalConfig, preset: dict | None = None, *, runs: str | Path = "runs", resume: bool = False,
+             overwrite: bool = False, policy=None, task=None) -> dict:
+    """Run the evaluation into ``runs/eval/<name>/`` and return its metrics."""
+    from agentrl.aio import run_sync
+    from agentrl.config import to_dict
+    from agentrl.runner import arun_batch
+
+    task = task or build_task(cfg, preset)
+    policy = policy or build_policy(cfg, task)
+    rows = load_rows(cfg, preset)
+    judge = None
+    if cfg.judge is not None:
+        from agentrl.judge import LLMJudge
+
+        judge = LLMJudge(cfg.judge)
+    out_dir = Path(runs) / "eval" / cfg.name
+    config = {"eval": {k: v for k, v in to_dict(cfg).items() if k not in ("endpoint", "local", "judge")},
+              "judge": judge.describe() if judge else None}
+
+    async def annotate(traj: dict) -> None:
+        verdict = await judge.judge(traj["question"], traj["golden_answers"], traj["prediction"])
+        traj["metrics"]["judge"] = float(verdict["correct"])
+        traj["judge"] = {k: verdict[k] for k in ("status", "attempts")}
+
+    async def main():
+        try:
+            return await arun_batch(policy, task, rows, out_dir, cfg.run, resume=resume, overwrite=overwrite,
+                                    manifest_config=config, inputs={"qa": cfg.qa or "preset"},
+                                    annotate=annotate if judge else None,
+                                    extra_secrets=judge.secrets if judge else ())
+        finally:
+            if judge is not None:
+                await judge.aclose()
+
+    return run_sync(main())

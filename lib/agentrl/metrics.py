@@ -1,0 +1,92 @@
+"""Answer metrics, FlashRAG- and HotpotQA-compatible.
+
+Normalisation is SQuAD's (lower case, drop punctuation, drop articles, squash whitespace). Each metric is
+the maximum over the gold answers (precision and recall maximised separately, as FlashRAG does).
+``yes`` / ``no`` / ``noanswer`` only ever match exactly, as in the HotpotQA official scorer.
+
+Example: gold ``["Tim Burton"]``, prediction ``"It was directed by Tim Burton."`` ->
+``{"em": 0.0, "f1": 0.571, "precision": 0.4, "recall": 1.0, "acc": 1.0}``.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+_PUNCT = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_SPECIAL = ("yes", "no", "noanswer")
+METRICS = ("em", "f1", "precision", "recall", "acc")
+
+
+def normalize_answer(s: str) -> str:
+    """Return the SQuAD/HotpotQA normal form of an answer string."""
+    s = "".join(ch for ch in str(s).lower() if ch not in _PUNCT)
+    return " ".join(_ARTICLES.sub(" ", s).split())
+
+
+def f1_parts(prediction: str, gold: str) -> tuple[float, float, float]:
+    """Return ``(f1, precision, recall)`` of one prediction against one gold answer (HotpotQA definition)."""
+    pred, ref = normalize_answer(prediction), normalize_answer(gold)
+    if (pred in _SPECIAL or ref in _SPECIAL) and pred != ref:
+        return 0.0, 0.0, 0.0
+    pred_tokens, ref_tokens = pred.split(), ref.split()
+    same = sum((Counter(pred_tokens) & Counter(ref_tokens)).values())
+    if same == 0:
+        return 0.0, 0.0, 0.0
+    precision, recall = same / len(pred_tokens), same / len(ref_tokens)
+    return 2 * precision * recall / (precision + recall), precision, recall
+
+
+def contains_answer(prediction: str, gold: str) -> bool:
+    """Return True when the normalised gold answer occurs in the normalised prediction (yes/no only exactly).
+
+    Plain substring containment, as FlashRAG's ``acc`` (Sub_ExactMatch) computes it.
+    """
+    pred, ref = normalize_answer(prediction), normalize_answer(gold)
+    if ref in _SPECIAL or pred in _SPECIAL:
+        return pred == ref
+    return bool(ref) and ref in pred
+
+
+def answer_metrics(prediction: str | None, golds: Sequence[str]) -> dict[str, float]:
+    """Return em, f1, precision, recall and acc of ``prediction`` against the gold answers (max over gold)."""
+    out = dict.fromkeys(METRICS, 0.0)
+    if prediction is None:
+        return out
+    for gold in golds:
+        f1, p, r = f1_parts(prediction, gold)
+        out["f1"], out["precision"], out["recall"] = max(out["f1"], f1), max(out["precision"], p), max(out["recall"], r)
+        out["em"] = max(out["em"], float(normalize_answer(prediction) == normalize_answer(gold)))
+        out["acc"] = max(out["acc"], float(contains_answer(prediction, gold)))
+    return out
+
+
+def aggregate(records: Iterable[dict], by: Sequence[str] = ("type", "level")) -> dict:
+    """Return mean metrics over trajectory records, overall and broken down by metadata fields.
+
+    Records carry ``metrics`` (dict) and ``metadata``; errored records count as zeros in the means and are
+    also counted separately.
+    """
+    records = list(records)
+    keys = sorted({k for r in records for k, v in (r.get("metrics") or {}).items() if isinstance(v, int | float)})
+    errors = sum(1 for r in records if r.get("error"))
+    out: dict = {"n": len(records), "errors": errors, "overall": _means(records, keys)}
+    for field in by:
+        groups: dict[str, list[dict]] = {}
+        for r in records:
+            value = (r.get("metadata") or {}).get(field)
+            if isinstance(value, str | int | bool):
+                groups.setdefault(str(value), []).append(r)
+        if groups:
+            out[f"by_{field}"] = {g: {"n": len(rs), **_means(rs, keys)} for g, rs in sorted(groups.items())}
+    return out
+
+
+def _means(records: list[dict], keys: list[str]) -> dict[str, float]:
+    if not records:
+        return {}
+    return {k: round(sum(float((r.get("metrics") or {}).get(k) or 0.0) for r in records) / len(records), 4)
+            for k in keys}

@@ -1,0 +1,36 @@
+"""System prompts per task family. ``{max_searches}`` / ``{max_calls}`` are filled from the agent config.
+
+``search`` is the seed's best: search, refine the query when results fall short, answer in <answer> tags,
+at most N searches. Pass a prompt name or the prompt text itself (``--prompt``).
+"""
+
+from __future__ import annotations
+
+PROMPTS = {
+    "search": (
+        "You answer questions by searching a knowledge base with the `search` tool.\n"
+        "Search for the entities in the question. If the passages do not contain what you need, refine the "
+        "query (a different name, a more specific phrase) and search again; multi-hop questions need one "
+        "search per hop. Use at most {max_searches} searches.\n"
+        "When you know the answer, reply with the short answer only (a name, date, number or yes/no) inside "
+        "<answer></answer> tags, for example <answer>Tim Burton</answer>."
+    ),
+    "search_brief": (
+        "Use the search tool to find the answer, then reply with <answer>short answer</answer>."
+    ),
+    "sql": (
+        "You are a database agent. Use the `execute_sql` tool to inspect and query the SQLite database "
+        "(one statement per call; quote table and column names with double quotes). Use at most {max_calls} "
+        "calls.\nFor a question, reply with the answer values only inside <answer></answer> tags, several "
+        "values separated by ', '. For a request to change the data, execute the statement, then reply "
+        "<answer>done</answer>."
+    ),
+}
+
+
+def system_prompt(name_or_text: str, **values) -> str:
+    """Return the named prompt (or the given text) with ``{placeholders}`` filled from ``values``."""
+    text = PROMPTS.get(name_or_text, name_or_text)
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", str(value))
+    return text

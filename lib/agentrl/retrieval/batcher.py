@@ -1,0 +1,43 @@
+"""Batch concurrent searches: callers await one query each, the retriever sees one batch per round.
+
+Requests that arrive while a batch is running are collected and answered by the next batch, run in a worker
+thread; nothing waits on a timer, so a lone request is answered at once and a crowd shares one embedding
+forward pass. One batcher serves one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+
+class BatchSearcher:
+    """Answer concurrent ``search(query, top_k)`` calls with batched ``retriever.search_batch`` calls."""
+
+    def __init__(self, retriever, method: str | None = None, max_batch: int = 64):
+        self.retriever, self.method, self.max_batch = retriever, method, max_batch
+        self._pending: deque[tuple[str, int, asyncio.Future]] = deque()
+        self._worker: asyncio.Task | None = None
+
+    async def search(self, query: str, top_k: int) -> list:
+        """Return the retriever's top_k hits for ``query`` once the batch containing it has run."""
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((query, top_k, fut))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch = [self._pending.popleft() for _ in range(min(self.max_batch, len(self._pending)))]
+            k = max(top_k for _, top_k, _ in batch)
+            try:
+                hits = await asyncio.to_thread(self.retriever.search_batch, [q for q, _, _ in batch], k, self.method)
+            except Exception as exc:  # one bad batch must not strand the callers waiting on it
+                for _, _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for (_, top_k, fut), row in zip(batch, hits, strict=True):
+                if not fut.done():
+                    fut.set_result(row[:top_k])

@@ -1,0 +1,174 @@
+"""A scripted OpenAI-compatible chat endpoint for tests, benchmarks and offline demos (real HTTP, loopback).
+
+    python -m agentrl.scripted_endpoint --port 8001 --mode agent --latency 0.05
+
+It speaks ``POST /v1/chat/completions`` (tools, tool_calls, usage) and decides each reply from the
+conversation, so no model is needed. The mode comes from ``--mode`` or from markers in the first user
+message, which lets one server play many scripts at once:
+
+- ``agent`` (default): search for the question, then answer with the title of the first passage found.
+- ``[[mode:bad_json]]`` invalid JSON tool arguments, ``[[mode:unknown_tool]]`` a tool that does not exist,
+  ``[[mode:text_tool_call]]`` the call as hermes text in ``content``, ``[[mode:no_tags]]`` an answer
+  without tags, ``[[mode:empty]]`` an empty reply, ``[[mode:reasoning_only]]`` reasoning and no content,
+  ``[[mode:long]]`` 200 kB of text cut off (finish ``length``), ``[[mode:answer:TEXT]]`` answer TEXT at once.
+- ``[[fail:STATUS:N]]`` the first N requests of the conversation fail with STATUS (429, 500, 503).
+- ``[[slow:SECONDS]]`` sleep before each reply.
+- Judge requests (a system prompt starting with "You grade"): CORRECT when the normalised prediction
+  equals a gold answer; ``[[judge:empty]]`` / ``[[judge:garbage]]`` / ``[[judge:empty:N]]`` in the
+  prediction script empty or unparseable replies (the first N times, or always).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import time
+from collections import defaultdict
+
+_MARK = re.compile(r"\[\[(\w+)(?::([^\]]*))?\]\]")
+
+
+def _markers(text: str) -> dict[str, str]:
+    return {m.group(1): (m.group(2) or "") for m in _MARK.finditer(text or "")}
+
+
+def _clean(text: str) -> str:
+    return " ".join(_MARK.sub(" ", text or "").split())
+
+
+class Script:
+    """The reply logic, separate from HTTP so it is easy to read."""
+
+    def __init__(self, mode: str = "agent", latency: float = 0.0, api_key: str | None = None):
+        self.mode, self.latency, self.api_key = mode, latency, api_key
+        self.attempts: dict[str, int] = defaultdict(int)
+        self.requests = 0
+
+    async def reply(self, body: dict, auth: str | None) -> tuple[int, dict, dict]:
+        """Return ``(status, json_body, headers)`` for one chat-completions request."""
+        self.requests += 1
+        if self.api_key is not None and auth != f"Bearer {self.api_key}":
+            return 401, {"error": {"message": "invalid api key", "type": "invalid_request_error"}}, {}
+        messages = body.get("messages") or []
+        first_user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+        marks = _markers(first_user)
+        if "slow" in marks:
+            await asyncio.sleep(float(marks["slow"] or 1))
+        elif self.latency:
+            await asyncio.sleep(self.latency)
+        if "fail" in marks:
+            status, _, n = marks["fail"].partition(":")
+            key = "fail:" + first_user
+            self.attempts[key] += 1
+            if self.attempts[key] <= int(n or 1):
+                return int(status), {"error": {"message": f"scripted {status}"}}, {"retry-after": "0"}
+        system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
+        if system.startswith("You grade"):
+            return 200, self._completion(body, self._judge(first_user), None), {}
+        mode = marks.get("mode", self.mode)
+        content, calls, finish, reasoning = self._agent(mode, messages, _clean(first_user))
+        return 200, self._completion(body, content, calls, finish, reasoning), {}
+
+    def _agent(self, mode: str, messages: list[dict], question: str):
+        tool_msgs = [m for m in messages if m.get("role") == "tool"]
+        if mode.startswith("answer:"):
+            return f"<answer>{mode.partition(':')[2]}</answer>", None, "stop", None
+        if mode == "empty":
+            return "", None, "stop", None
+        if mode == "reasoning_only":
+            return None, None, "stop", "I am still thinking about " + question
+        if mode == "no_tags":
+            return "I think the answer is probably unknown.", None, "stop", None
+        if mode == "long":
+            return "blah " * 40_000, None, "length", None
+        if not tool_msgs:
+            if mode == "bad_json":
+                return "", [_call("search", '{"query": "unterminated')], "tool_calls", None
+            if mode == "unknown_tool":
+                return "", [_call("lookup", json.dumps({"query": question}))], "tool_calls", None
+            if mode == "text_tool_call":
+                call = json.dumps({"name": "search", "arguments": {"query": question}})
+                return f"<tool_call>\n{call}\n</tool_call>", None, "stop", None
+            return "", [_call("search", json.dumps({"query": question}))], "tool_calls", None
+        m = re.search(r"\(Title: (.*?)\) ", tool_msgs[-1].get("content") or "")
+        answer = m.group(1) if m else "unknown"
+        return f"Based on the passages: <answer>{answer}</answer>", None, "stop", None
+
+    def _judge(self, prompt: str) -> str:
+        from agentrl.metrics import normalize_answer
+
+        marks = _markers(prompt)
+        if "judge" in marks:
+            kind, _, n = marks["judge"].partition(":")
+            key = "judge:" + prompt
+            self.attempts[key] += 1
+            if not n or self.attempts[key] <= int(n):
+                return "" if kind == "empty" else "Let me think step by step about whether this matches..."
+        gold = re.search(r"Gold answers?: (.*)", prompt)
+        pred = re.search(r"Predicted answer: (.*)", prompt)
+        golds = [normalize_answer(g) for g in json.loads(gold.group(1))] if gold else []
+        ok = pred is not None and normalize_answer(_clean(pred.group(1))) in golds
+        return "CORRECT" if ok else "INCORRECT"
+
+    def _completion(self, body: dict, content, calls, finish: str = "stop", reasoning: str | None = None) -> dict:
+        prompt_chars = sum(len(json.dumps(m)) for m in body.get("messages") or [])
+        completion_chars = len(content or "") + sum(len(c["function"]["arguments"]) for c in calls or [])
+        message = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        return {
+            "id": f"chatcmpl-{self.requests}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", "scripted"),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": completion_chars // 4,
+                      "total_tokens": (prompt_chars + completion_chars) // 4},
+        }
+
+
+def _call(name: str, arguments: str) -> dict:
+    _call.n = getattr(_call, "n", 0) + 1
+    return {"id": f"call_{_call.n}", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def build_app(script: Script):
+    """Return the Starlette app serving ``script``."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def completions(request: Request):
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return JSONResponse({"error": {"message": "invalid JSON body"}}, status_code=400)
+        status, payload, headers = await script.reply(body, request.headers.get("authorization"))
+        return JSONResponse(payload, status_code=status, headers=headers)
+
+    async def models(request: Request):
+        return JSONResponse({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+
+    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"]),
+                             Route("/v1/models", models, methods=["GET"])])
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve on 127.0.0.1 until interrupted."""
+    import uvicorn
+
+    ap = argparse.ArgumentParser(description="Scripted OpenAI-compatible endpoint (tests and benchmarks).")
+    ap.add_argument("--port", type=int, default=8001)
+    ap.add_argument("--mode", default="agent")
+    ap.add_argument("--latency", type=float, default=0.0, help="seconds added to every reply")
+    ap.add_argument("--api-key", help="require this bearer key (401 otherwise)")
+    args = ap.parse_args(argv)
+    app = build_app(Script(args.mode, args.latency, args.api_key))
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Task families: the environment, system prompt, oracle plan and scoring that belong together.
+
+The agent loop, batch runner, SFT export and GRPO take a Task and stay general; adding a family means
+writing its environment module and one builder here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Task:
+    """Everything the agent loop needs to know about a family of tasks."""
+
+    name: str
+    make_env: Callable[[], Any]
+    system_prompt: str
+    oracle_plan: Callable[[dict], list]
+    score: Callable[[str | None, dict, Any], dict]
+    config: dict = field(default_factory=dict)
+
+
+def answer_score(prediction: str | None, row: dict, env: Any) -> dict:
+    """Return answer metrics (em, f1, precision, recall, acc) against the row's golden answers."""
+    from agentrl.metrics import answer_metrics
+
+    return answer_metrics(prediction, row.get("golden_answers") or [])
+
+
+def search_task(backend, *, top_k: int = 5, max_searches: int = 4, prompt: str = "search",
+                passage_chars: int | None = None) -> Task:
+    """Return the search/QA task over a LocalSearch or MCPSearch backend."""
+    from agentrl.envs.search import SearchEnv
+    from agentrl.policies.oracle import search_plan
+    from agentrl.prompts import system_prompt
+
+    env = SearchEnv.factory(backend, top_k=top_k, max_searches=max_searches, passage_chars=passage_chars)
+    return Task(name="search", make_env=env,
+                system_prompt=system_prompt(prompt, max_searches=max_searches), oracle_plan=search_plan,
+                score=answer_score,
+                config={"top_k": top_k, "max_searches": max_searches, "prompt": prompt, "passage_chars": passage_chars})

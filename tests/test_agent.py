@@ -1,0 +1,258 @@
+"""The agent loop and batch runner against a real OpenAI-compatible HTTP server process and the real retriever."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agentrl.agent import extract_answer, run_episode
+from agentrl.envs.base import call_tool, tool_schemas
+from agentrl.envs.search import LocalSearch, MCPSearch, SearchEnv
+from agentrl.io import DataError, read_jsonl
+from agentrl.policies.base import parse_hermes
+from agentrl.policies.endpoint import EndpointConfig, EndpointPolicy
+from agentrl.policies.oracle import OraclePolicy
+from agentrl.runner import RunConfig, run_batch
+from agentrl.tasks import search_task
+
+
+def row(i, question, gold=("x",)):
+    return {"id": f"q{i}", "question": question, "golden_answers": list(gold), "metadata": {"type": "bridge"}}
+
+
+@pytest.fixture(scope="module")
+def task(small_retriever):
+    return search_task(LocalSearch(small_retriever), top_k=3, max_searches=3, passage_chars=200)
+
+
+def policy(url, **kw):
+    return EndpointPolicy(EndpointConfig(base_url=url, model="scripted", api_key="EMPTY", backoff_base=0.01, **kw))
+
+
+def episode(url, task, question, **kw):
+    return asyncio.run(run_episode(policy(url, **kw), task, row(0, question), max_turns=4))
+
+
+def test_tool_call_then_answer_produces_a_complete_trajectory(endpoint_url, task, small_retriever):
+    traj = episode(endpoint_url, task, "Ed Wood film director")
+    roles = [m["role"] for m in traj["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    call = traj["messages"][2]["tool_calls"][0]
+    assert call["function"]["name"] == "search" and json.loads(call["function"]["arguments"]) == {
+        "query": "Ed Wood film director"}
+    first_title = small_retriever.search("Ed Wood film director", 3)[0].title
+    assert traj["messages"][3]["content"].startswith(f"Doc 1 (Title: {first_title})")
+    assert traj["prediction"] == first_title and traj["finish"] == "answer"
+    assert traj["usage"]["turns"] == 2 and traj["usage"]["tool_calls"] == 1
+    assert traj["usage"]["prompt_tokens"] == sum(t["prompt_tokens"] for t in traj["usage"]["per_turn"]) > 0
+    assert traj["tools"][0]["function"]["name"] == "search" and traj["policy"] == "endpoint"
+    assert set(traj["metrics"]) == {"em", "f1", "precision", "recall", "acc"}
+
+
+@pytest.mark.parametrize("mode,expected", [
+    ("bad_json", "invalid JSON in arguments"),
+    ("unknown_tool", "unknown tool 'lookup'. Available tools: search"),
+])
+def test_bad_tool_calls_come_back_to_the_model_as_tool_errors(endpoint_url, task, mode, expected):
+    traj = episode(endpoint_url, task, f"[[mode:{mode}]] Ed Wood")
+    tool_msg = next(m for m in traj["messages"] if m["role"] == "tool")
+    assert tool_msg["content"].startswith("Error:") and expected in tool_msg["content"]
+    assert traj["usage"]["tool_errors"] == 1 and traj["finish"] == "answer"
+
+
+def test_tool_calls_written_as_text_are_parsed(endpoint_url, task):
+    traj = episode(endpoint_url, task, "[[mode:text_tool_call]] Ed Wood")
+    assert traj["messages"][2]["tool_calls"][0]["function"]["name"] == "search"
+    assert traj["messages"][3]["role"] == "tool" and traj["finish"] == "answer"
+
+
+@pytest.mark.parametrize("mode,finish", [("no_tags", "no_answer"), ("empty", "no_answer"),
+                                         ("reasoning_only", "no_answer"), ("long", "length")])
+def test_replies_without_an_answer_end_the_episode_cleanly(endpoint_url, task, mode, finish):
+    traj = episode(endpoint_url, task, f"[[mode:{mode}]] Ed Wood")
+    assert traj["finish"] == finish and traj["prediction"] is None and traj["metrics"]["f1"] == 0.0
+    if mode == "reasoning_only":
+        assert traj["messages"][-1]["reasoning"].startswith("I am still thinking")
+
+
+def test_exception_inside_a_tool_is_reported_not_raised():
+    class Boom:
+        def reset(self, **row):
+            pass
+
+        def explode(self, x: int) -> str:
+            """Always fails.
+
+            Args:
+                x: Anything.
+            """
+            raise OSError("disk on fire")
+
+    env = Boom()
+    assert asyncio.run(call_tool(env, "explode", '{"x": 1}')) == ("Error: OSError: disk on fire", "tool_exception")
+    content, kind = asyncio.run(call_tool(env, "explode", '{"y": 1}'))
+    assert kind == "invalid_arguments" and content == "Error: invalid arguments for explode: missing a required argument: 'x'"
+    content, kind = asyncio.run(call_tool(env, "explode", '{"x": 1, "y": 2}'))
+    assert kind == "invalid_arguments" and "unexpected keyword argument 'y'" in content
+
+
+def test_answer_is_the_last_answer_tag_stripped():
+    assert extract_answer("<answer> a </answer> then <answer>\n Tim Burton \n</answer>") == "Tim Burton"
+    assert extract_answer("no tags") is None and extract_answer(None) is None
+
+
+def test_hermes_parser_splits_reasoning_content_and_calls():
+    text = ('<think>plan</think>Let me look.\n<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n'
+            '</tool_call>\n<tool_call>\n{"name": "search", "arguments": {broken}\n</tool_call>')
+    content, calls, reasoning = parse_hermes(text)
+    assert reasoning == "plan" and content == "Let me look."
+    assert calls[0] == {"id": "call_0", "name": "search", "arguments": '{"query": "x"}'}
+    assert calls[1]["name"] is None
+    assert parse_hermes("<tool_call>\n{\"name\": \"search\", \"arg")[1][0]["name"] is None
+
+
+def test_rate_limit_and_server_error_bursts_are_retried(endpoint_url, task):
+    traj = episode(endpoint_url, task, "[[fail:429:2]] Ed Wood", max_retries=3)
+    assert traj["finish"] == "answer"
+    traj = episode(endpoint_url, task, "[[fail:500:2]] Tyler Bates", max_retries=3)
+    assert traj["finish"] == "answer"
+
+
+def test_items_that_keep_failing_or_time_out_are_recorded_and_the_run_goes_on(endpoint_url, task, tmp_path):
+    rows = [row(0, "Ed Wood"), row(1, "[[fail:503:50]] always down"), row(2, "[[slow:5]] too slow"),
+            row(3, "Doctor Strange")]
+    metrics = run_batch(policy(endpoint_url, max_retries=2), task, rows, tmp_path / "run",
+                        RunConfig(concurrency=4, item_timeout=2.0, progress=False))
+    recs = {r["id"]: r for r in read_jsonl(tmp_path / "run" / "trajectories.jsonl")}
+    assert set(recs) == {"q0", "q1", "q2", "q3"}
+    assert recs["q1"]["finish"] == "error" and "503" in recs["q1"]["error"]
+    assert recs["q2"]["finish"] == "error" and recs["q2"]["error"].startswith("timeout after 2s")
+    assert recs["q0"]["finish"] == recs["q3"]["finish"] == "answer"
+    assert metrics["errors"] == 2 and metrics["finish"] == {"answer": 2, "error": 2}
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["n"] == 4
+
+
+def test_duplicate_ids_are_an_error(endpoint_url, task, tmp_path):
+    with pytest.raises(DataError, match="duplicate id 'q0'"):
+        run_batch(policy(endpoint_url), task, [row(0, "a"), row(0, "b")], tmp_path / "run")
+
+
+def test_existing_run_needs_resume_or_overwrite(endpoint_url, task, tmp_path):
+    run_batch(policy(endpoint_url), task, [row(0, "Ed Wood")], tmp_path / "run", RunConfig(progress=False))
+    with pytest.raises(DataError, match="--resume"):
+        run_batch(policy(endpoint_url), task, [row(0, "Ed Wood")], tmp_path / "run", RunConfig(progress=False))
+
+
+def test_resume_skips_finished_questions_and_retries_errored_ones(endpoint_url, task, tmp_path):
+    out = tmp_path / "run"
+    rows = [row(i, f"[[fail:503:3]] question {i}" if i == 2 else f"question {i}") for i in range(5)]
+    run_batch(policy(endpoint_url, max_retries=0), task, rows, out, RunConfig(progress=False))
+    first = {r["id"]: r for r in read_jsonl(out / "trajectories.jsonl")}
+    assert first["q2"]["error"] is not None
+    # the scripted failure budget (3) is used up by now: the retry succeeds
+    run_batch(policy(endpoint_url, max_retries=3), task, rows, out, RunConfig(progress=False), resume=True)
+    second = read_jsonl(out / "trajectories.jsonl")
+    assert sorted(r["id"] for r in second) == [f"q{i}" for i in range(5)]
+    by_id = {r["id"]: r for r in second}
+    assert by_id["q2"]["error"] is None
+    assert by_id["q0"]["timing"] == first["q0"]["timing"]  # finished items were not run again
+
+
+def test_sigkill_mid_run_then_resume_keeps_every_id_exactly_once(endpoint_url, small_index, tmp_path):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("".join(json.dumps(row(i, f"[[slow:0.4]] Ed Wood question {i}")) + "\n" for i in range(24)))
+    cmd = [sys.executable, "-m", "agentrl.cli", "eval", "--qa", str(qa), "--index", str(small_index), "--name", "k",
+           "--policy", "endpoint", "--base-url", endpoint_url, "--model", "scripted", "--concurrency", "3"]
+    env = {**os.environ, "OPENAI_API_KEY": "EMPTY"}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    path = tmp_path / "runs" / "eval" / "k" / "trajectories.jsonl"
+    deadline = time.time() + 180
+    while time.time() < deadline and (not path.exists() or path.read_text().count("\n") < 6):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = path.read_text().count("\n")
+    assert 6 <= partial < 24
+    subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)
+    lines = path.read_text().splitlines()
+    ids = [json.loads(line)["id"] for line in lines]  # every line parses: no torn line
+    assert sorted(ids) == sorted(f"q{i}" for i in range(24))
+    manifest = json.loads((path.parent / "manifest.json").read_text())
+    assert manifest["counts"]["resumed"] >= partial - 1
+
+
+def test_the_api_key_appears_in_no_file_written(tmp_path, small_index):
+    from conftest import free_port, start_process, stop_process
+
+    key = "sk-test-THIS-KEY-MUST-NEVER-BE-WRITTEN-1234"
+    port = free_port()
+    proc = start_process([sys.executable, "-m", "agentrl.scripted_endpoint", "--port", str(port), "--api-key", key],
+                         port)
+    try:
+        qa = tmp_path / "qa.jsonl"
+        qa.write_text(json.dumps(row(0, "Ed Wood")) + "\n" + json.dumps(row(1, "[[fail:500:9]] down")) + "\n")
+        base = [sys.executable, "-m", "agentrl.cli", "eval", "--qa", str(qa), "--index", str(small_index),
+                "--policy", "endpoint", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "scripted",
+                "--retries", "0"]
+        ok = subprocess.run(base + ["--name", "ok", "--api-key", key], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+        assert ok.returncode == 0, ok.stderr
+        bad = subprocess.run(base + ["--name", "bad"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "OPENAI_API_KEY": "sk-wrong-key-000000000000"})
+        assert bad.returncode == 2 and "refused" in bad.stderr
+        recs = read_jsonl(tmp_path / "runs" / "eval" / "ok" / "trajectories.jsonl")
+        assert {r["finish"] for r in recs} == {"answer", "error"}
+        for path in (tmp_path / "runs").rglob("*"):
+            if path.is_file():
+                assert key not in path.read_text(errors="ignore"), path
+        assert key not in ok.stdout + ok.stderr
+    finally:
+        stop_process(proc)
+
+
+def test_search_env_exposes_one_tool_with_the_transformers_schema(small_retriever):
+    env = SearchEnv.factory(LocalSearch(small_retriever), top_k=2)()
+    schema = tool_schemas(env)
+    assert [s["function"]["name"] for s in schema] == ["search"]
+    assert schema[0]["function"]["parameters"]["required"] == ["query"]
+    env.reset(id="x", question="q", golden_answers=["a"])
+    out = asyncio.run(env.search("Ed Wood"))
+    assert out.count("\nDoc ") == 1 and out.startswith("Doc 1 (Title: ")
+    assert env.calls == 1 and env.golden_answers == ["a"]
+
+
+def test_search_env_enforces_its_search_budget(small_retriever):
+    env = SearchEnv(LocalSearch(small_retriever), top_k=1, max_searches=1)
+    env.reset(question="q")
+    asyncio.run(env.search("Ed Wood"))
+    assert asyncio.run(env.search("Tim Burton")).startswith("Search limit reached")
+
+
+def test_remote_search_env_queries_a_real_mcp_server(mcp_url, small_retriever):
+    env = SearchEnv(MCPSearch(mcp_url), top_k=2)
+    env.reset(question="q")
+    remote = asyncio.run(env.search("Tyler Bates composer"))
+    local = asyncio.run(SearchEnv(LocalSearch(small_retriever), top_k=2).search("Tyler Bates composer"))
+    assert remote == local
+
+
+def test_oracle_demonstrations_search_the_gold_titles_then_answer(task, hotpot_rows):
+    traj = asyncio.run(run_episode(OraclePolicy(task.oracle_plan), task, hotpot_rows[0]))
+    queries = [json.loads(m["tool_calls"][0]["function"]["arguments"])["query"]
+               for m in traj["messages"] if m.get("tool_calls")]
+    assert queries == ["Scott Derrickson", "Ed Wood"]
+    assert traj["prediction"] == "yes" and traj["metrics"]["em"] == 1.0 and traj["policy"] == "oracle"
+
+
+def test_local_model_policy_runs_an_episode_without_crashing(tiny_model, task, hotpot_rows):
+    from agentrl.policies.local import LocalConfig, LocalPolicy
+
+    pol = LocalPolicy(LocalConfig(model=str(tiny_model), max_new_tokens=24))
+    traj = asyncio.run(run_episode(pol, task, hotpot_rows[1], max_turns=2))
+    assert traj["policy"] == "local" and traj["finish"] in {"no_answer", "length", "max_turns", "answer"}
+    assert traj["usage"]["per_turn"][0]["completion_tokens"] > 0
