@@ -209,9 +209,10 @@ def bench_speed(n_docs: int = 100_000, n_queries: int = 2_000) -> dict:
 
 
 def bench_rank_bm25(docs: list[str], queries: list[str]) -> dict:
+    from rank_bm25 import BM25Okapi
+
     from agentrl.retrieval import BM25Config, BM25Index
     from agentrl.retrieval.bm25 import tokenize
-    from rank_bm25 import BM25Okapi
 
     cfg = BM25Config(k1=1.5, b=0.75, method="robertson", backend="numpy")
     toks, qtoks = tokenize(docs, cfg), tokenize(queries, cfg)

@@ -6,6 +6,7 @@ app = marimo.App(width="medium")
 with app.setup:
     import marimo as mo
     import polars as pl
+
     from agentrl import notebook as nb
     from agentrl.config import load_preset
     from agentrl.pipeline import corpus_and_index, corpus_paths, eval_qa_path

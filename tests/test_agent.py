@@ -96,7 +96,8 @@ def test_exception_inside_a_tool_is_reported_not_raised():
     env = Boom()
     assert asyncio.run(call_tool(env, "explode", '{"x": 1}')) == ("Error: OSError: disk on fire", "tool_exception")
     content, kind = asyncio.run(call_tool(env, "explode", '{"y": 1}'))
-    assert kind == "invalid_arguments" and content == "Error: invalid arguments for explode: missing a required argument: 'x'"
+    assert kind == "invalid_arguments"
+    assert content == "Error: invalid arguments for explode: missing a required argument: 'x'"
     content, kind = asyncio.run(call_tool(env, "explode", '{"x": 1, "y": 2}'))
     assert kind == "invalid_arguments" and "unexpected keyword argument 'y'" in content
 
@@ -256,3 +257,37 @@ def test_local_model_policy_runs_an_episode_without_crashing(tiny_model, task, h
     traj = asyncio.run(run_episode(pol, task, hotpot_rows[1], max_turns=2))
     assert traj["policy"] == "local" and traj["finish"] in {"no_answer", "length", "max_turns", "answer"}
     assert traj["usage"]["per_turn"][0]["completion_tokens"] > 0
+
+
+def test_trajectories_match_the_documented_schema(endpoint_url, task, tmp_path):
+    from importlib.resources import files
+
+    import jsonschema
+
+    schema = json.loads(files("agentrl").joinpath("trajectory.schema.json").read_text())
+    rows = [row(0, "Ed Wood"), row(1, "[[mode:bad_json]] x"), row(2, "[[fail:503:50]] down"),
+            row(3, "[[mode:reasoning_only]] y")]
+    run_batch(policy(endpoint_url, max_retries=0), task, rows, tmp_path / "run", RunConfig(progress=False))
+    recs = read_jsonl(tmp_path / "run" / "trajectories.jsonl")
+    assert len(recs) == 4
+    for rec in recs:
+        jsonschema.validate(rec, schema)
+
+
+def test_eval_with_a_judge_adds_the_verdict_to_metrics(endpoint_url, small_index, tmp_path):
+    from agentrl.evaluate import EvalConfig, run_eval
+    from agentrl.judge import JudgeConfig
+
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps(row(0, "[[mode:answer:Tim Burton]] Who directed Ed Wood?", ["Tim Burton"])) + "\n"
+                  + json.dumps(row(1, "[[mode:answer:Spielberg]] Who directed Ed Wood?", ["Tim Burton"])) + "\n")
+    cfg = EvalConfig(name="j", qa=str(qa), index=str(small_index), policy="endpoint",
+                     endpoint=EndpointConfig(base_url=endpoint_url, model="scripted", api_key="EMPTY"),
+                     judge=JudgeConfig(model="scripted-judge", base_url=endpoint_url, api_key="EMPTY",
+                                       cache_dir=str(tmp_path / "cache")),
+                     run=RunConfig(progress=False))
+    metrics = run_eval(cfg, runs=tmp_path / "runs")
+    recs = {r["id"]: r for r in read_jsonl(tmp_path / "runs" / "eval" / "j" / "trajectories.jsonl")}
+    assert recs["q0"]["metrics"]["judge"] == 1.0 and recs["q1"]["metrics"]["judge"] == 0.0
+    assert recs["q0"]["judge"]["status"] == "ok"
+    assert metrics["overall"]["judge"] == 0.5

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+
 from agentrl.cli import main
 from conftest import HOTPOT
 

@@ -1,6 +1,7 @@
 import json
 
 import pytest
+
 from agentrl.corpus import (
     Chunker,
     Document,

@@ -3,6 +3,7 @@ import shutil
 
 import numpy as np
 import pytest
+
 from agentrl.io import DataError
 from agentrl.retrieval import BM25Config, BM25Index, Retriever, normalized, rrf
 from agentrl.retrieval.bm25 import tokenize

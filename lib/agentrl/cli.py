@@ -118,50 +118,11 @@ def cmd_serve(args) -> int:
 # ----------------------------------------------------------------------------- phase 01
 
 
-def eval_config(args, preset: dict):
-    """Return the EvalConfig from the preset's [eval] table with the command-line flags applied."""
-    import json
-
-    from agentrl.config import from_dict
-    from agentrl.evaluate import EvalConfig
-    from agentrl.judge import JudgeConfig
-
-    cfg = from_dict(EvalConfig, preset.get("eval"), "eval")
-    for key in ("name", "qa", "limit", "offset", "env", "index", "mcp_url", "top_k", "max_searches", "prompt",
-                "policy", "passage_chars"):
-        value = getattr(args, key, None)
-        if value is not None:
-            setattr(cfg, key, value)
-    ep = cfg.endpoint
-    for key in ("base_url", "model", "api_key", "temperature", "top_p", "max_tokens"):
-        if getattr(args, key) is not None:
-            setattr(ep, key, getattr(args, key))
-    if args.extra_body:
-        try:
-            ep.extra_body = json.loads(args.extra_body)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"--extra-body is not valid JSON ({exc})") from None
-    if args.retries is not None:
-        ep.max_retries = args.retries
-    if args.model_path:
-        cfg.local.model = args.model_path
-    if args.adapter:
-        cfg.local.adapter = args.adapter
-    for key, attr in (("concurrency", "concurrency"), ("max_turns", "max_turns"), ("timeout", "item_timeout")):
-        if getattr(args, key) is not None:
-            setattr(cfg.run, attr, getattr(args, key))
-    if args.judge_model:
-        cfg.judge = cfg.judge or JudgeConfig()
-        cfg.judge.model = args.judge_model
-        cfg.judge.base_url = args.judge_base_url or cfg.judge.base_url
-    return cfg
-
-
 def cmd_eval(args) -> int:
-    from agentrl.evaluate import run_eval
+    from agentrl.evaluate import eval_config, run_eval
 
     preset = _preset(args)
-    cfg = eval_config(args, preset)
+    cfg = eval_config(preset, **vars(args))
     metrics = run_eval(cfg, preset, resume=args.resume, overwrite=args.overwrite)
     print_eval_metrics(metrics, RUNS / "eval" / cfg.name)
     return 0

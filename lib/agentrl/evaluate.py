@@ -40,6 +40,48 @@ class EvalConfig:
     judge: JudgeConfig | None = None
 
 
+def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
+    """Return the preset's ``[eval]`` config with flag-style overrides applied (None values are ignored).
+
+    Keys: any EvalConfig field; endpoint ``base_url, model, api_key, temperature, top_p, max_tokens,
+    extra_body`` (JSON text or dict), ``retries``; local ``model_path, adapter``; batch ``concurrency,
+    max_turns, timeout``; judge ``judge_model, judge_base_url``. Unknown keys are ignored (CLI plumbing).
+    """
+    import json
+
+    from agentrl.config import from_dict
+
+    cfg = from_dict(EvalConfig, (preset or {}).get("eval"), "eval")
+    o = {k: v for k, v in overrides.items() if v is not None}
+    for key in ("name", "qa", "limit", "offset", "env", "index", "mcp_url", "top_k", "max_searches", "prompt",
+                "policy", "passage_chars"):
+        if key in o:
+            setattr(cfg, key, o[key])
+    for key in ("base_url", "model", "api_key", "temperature", "top_p", "max_tokens"):
+        if key in o:
+            setattr(cfg.endpoint, key, o[key])
+    if "extra_body" in o:
+        body = o["extra_body"]
+        try:
+            cfg.endpoint.extra_body = body if isinstance(body, dict) else json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"--extra-body is not valid JSON ({exc})") from None
+    if "retries" in o:
+        cfg.endpoint.max_retries = o["retries"]
+    if "model_path" in o:
+        cfg.local.model = o["model_path"]
+    if "adapter" in o:
+        cfg.local.adapter = o["adapter"]
+    for key, attr in (("concurrency", "concurrency"), ("max_turns", "max_turns"), ("timeout", "item_timeout")):
+        if key in o:
+            setattr(cfg.run, attr, o[key])
+    if "judge_model" in o:
+        cfg.judge = cfg.judge or JudgeConfig()
+        cfg.judge.model = o["judge_model"]
+        cfg.judge.base_url = o.get("judge_base_url", cfg.judge.base_url)
+    return cfg
+
+
 def build_task(cfg: EvalConfig, preset: dict | None = None):
     """Return the Task for ``cfg.env`` (loading the retriever or connecting to the MCP server)."""
     if cfg.env == "search":
