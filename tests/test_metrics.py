@@ -117,3 +117,15 @@ def test_aggregate_breaks_down_by_question_type():
     assert agg["overall"]["f1"] == 0.5
     assert agg["by_type"]["bridge"] == {"n": 2, "em": 0.5, "f1": 0.75}
     assert agg["by_type"]["comparison"]["f1"] == 0.0
+
+
+def test_tool_call_quality_counts_format_errors_but_not_tool_failures():
+    from agentrl.metrics import tool_call_quality
+
+    def traj(*errors):
+        msgs = [{"role": "tool", "content": "x", **({"error": e} if e else {})} for e in errors]
+        return {"messages": [{"role": "user", "content": "q"}, *msgs]}
+
+    q = tool_call_quality([traj(None, "invalid_arguments"), traj("unknown_tool"), traj("tool_exception"), traj()])
+    assert q == {"episodes_with_wellformed_call": 0.5, "wellformed_call_share": 0.5, "episodes_with_call": 0.75,
+                 "mean_calls": 1.0}

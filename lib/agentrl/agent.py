@@ -75,8 +75,11 @@ async def run_episode(policy, task, row: dict, *, max_turns: int = 6, env=None) 
             n_tool_calls += 1
             if err:
                 tool_errors[err] = tool_errors.get(err, 0) + 1
-            messages.append({"role": "tool", "tool_call_id": call["id"] or f"call_{turn_no}_{i}",
-                             "name": call["name"] or "", "content": content})
+            tool_msg = {"role": "tool", "tool_call_id": call["id"] or f"call_{turn_no}_{i}",
+                        "name": call["name"] or "", "content": content}
+            if err:
+                tool_msg["error"] = err
+            messages.append(tool_msg)
     final = messages[-1] if messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls") else None
     prediction = extract_answer(final["content"]) if final else None
     return {

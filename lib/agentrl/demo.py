@@ -40,7 +40,29 @@ def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool
          "recall@5 dense": report["methods"]["dense"]["recall@5"],
          "recall@5 reachable": hybrid["recall@5_reachable"]},
         time.perf_counter() - t))
+
+    t = time.perf_counter()
+    results.append(demo_eval(preset, rebuild))
+    results[-1].seconds = time.perf_counter() - t
     return results
+
+
+def demo_eval(preset: dict, rebuild: bool) -> StepResult:
+    """Phase 01: oracle demonstrations on the training questions, the untrained tiny model on held-out ones."""
+    from agentrl.evaluate import eval_config, run_eval
+    from agentrl.tiny import ensure_tiny_model
+
+    demo = preset.get("demo") or {}
+    n_train, n_heldout = demo.get("train_questions", 180), demo.get("heldout_questions", 20)
+    model = ensure_tiny_model(eval_config(preset).local.model)
+    oracle = run_eval(eval_config(preset, name="oracle", policy="oracle", offset=0, limit=n_train), preset,
+                      resume=not rebuild, overwrite=rebuild)
+    base = run_eval(eval_config(preset, name="tiny_base", policy="local", model_path=str(model), offset=n_train,
+                                limit=n_heldout), preset, resume=not rebuild, overwrite=rebuild)
+    return StepResult("01 eval", "runs/eval/oracle, runs/eval/tiny_base", {
+        "oracle trajectories": oracle["n"], "oracle f1 (gold replay)": oracle["overall"]["f1"],
+        "tiny base f1": base["overall"]["f1"],
+        "tiny base well-formed tool-call episodes": base["tools"]["episodes_with_wellformed_call"]})
 
 
 def run_passages(index_dir) -> int:

@@ -85,6 +85,33 @@ def aggregate(records: Iterable[dict], by: Sequence[str] = ("type", "level")) ->
     return out
 
 
+FORMAT_ERRORS = ("unknown_tool", "invalid_arguments", "invalid_tool_call")
+
+
+def tool_call_quality(records: Iterable[dict]) -> dict[str, float]:
+    """Return how well trajectories call tools.
+
+    ``episodes_with_wellformed_call``: share of episodes with at least one call of an existing tool with
+    valid arguments (the headline before/after SFT); ``wellformed_call_share``: share of all calls without a
+    format error; ``episodes_with_call``: share of episodes with any call; ``mean_calls`` per episode.
+    """
+    records = [r for r in records if not r.get("error")]
+    if not records:
+        return {"episodes_with_wellformed_call": 0.0, "wellformed_call_share": 0.0, "episodes_with_call": 0.0,
+                "mean_calls": 0.0}
+    calls = good = with_call = with_good = 0
+    for r in records:
+        tool_msgs = [m for m in r.get("messages") or [] if m.get("role") == "tool"]
+        ok = [m for m in tool_msgs if m.get("error") not in FORMAT_ERRORS]
+        calls, good = calls + len(tool_msgs), good + len(ok)
+        with_call += bool(tool_msgs)
+        with_good += bool(ok)
+    n = len(records)
+    return {"episodes_with_wellformed_call": round(with_good / n, 4),
+            "wellformed_call_share": round(good / calls, 4) if calls else 0.0,
+            "episodes_with_call": round(with_call / n, 4), "mean_calls": round(calls / n, 4)}
+
+
 def _means(records: list[dict], keys: list[str]) -> dict[str, float]:
     if not records:
         return {}

@@ -21,7 +21,7 @@ from pathlib import Path
 from agentrl.agent import error_trajectory, run_episode
 from agentrl.io import DataError, JsonlAppender, iter_jsonl, write_json, write_jsonl
 from agentrl.manifest import scrub, write_manifest
-from agentrl.metrics import aggregate
+from agentrl.metrics import aggregate, tool_call_quality
 
 TRAJECTORIES = "trajectories.jsonl"
 
@@ -133,6 +133,7 @@ def finalize(out_dir: Path, rows: list[dict]) -> dict:
     records = [r for _, r in iter_jsonl(out_dir / TRAJECTORIES, allow_torn_tail=True)]
     metrics = aggregate(records)
     metrics["finish"] = _count(r.get("finish") for r in records)
+    metrics["tools"] = tool_call_quality(records)
     metrics["missing"] = len({r["id"] for r in rows} - {r["id"] for r in records})
     write_json(out_dir / "metrics.json", metrics)
     return metrics
