@@ -93,7 +93,7 @@ async def run_episode(policy, task, row: dict, *, max_turns: int = 6, env=None) 
         "tools": tools,
         "prediction": prediction,
         "metrics": task.score(prediction, row, env),
-        "usage": usage_summary(per_turn, n_tool_calls, tool_errors),
+        "usage": usage_summary(per_turn, n_tool_calls, tool_errors, reasoning_chars(messages)),
         "finish": finish,
         "error": None,
         "timing": {"started": round(started, 3), "seconds": round(time.time() - started, 4),
@@ -102,8 +102,14 @@ async def run_episode(policy, task, row: dict, *, max_turns: int = 6, env=None) 
     }
 
 
-def usage_summary(per_turn: list[dict], tool_calls: int, tool_errors: dict[str, int]) -> dict:
-    """Return the trajectory ``usage`` block: turn/tool counts, token totals, the last turn and every turn."""
+def reasoning_chars(messages: list[dict]) -> int:
+    """Return the total length of the reasoning text of the assistant messages."""
+    return sum(len(m.get("reasoning") or "") for m in messages if isinstance(m, dict))
+
+
+def usage_summary(per_turn: list[dict], tool_calls: int, tool_errors: dict[str, int], reasoning: int = 0) -> dict:
+    """Return the trajectory ``usage`` block: turn/tool counts, token totals, reasoning length, the last turn
+    and every turn."""
     def total(key: str) -> int | None:
         values = [t[key] for t in per_turn if t.get(key) is not None]
         return sum(values) if values else None
@@ -118,6 +124,7 @@ def usage_summary(per_turn: list[dict], tool_calls: int, tool_errors: dict[str, 
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": None if prompt is None and completion is None else (prompt or 0) + (completion or 0),
+        "reasoning_chars": reasoning,
         "last_turn": {"prompt_tokens": last.get("prompt_tokens"), "completion_tokens": last.get("completion_tokens")},
         "per_turn": per_turn,
     }

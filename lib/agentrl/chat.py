@@ -33,3 +33,11 @@ def _args(raw):
     except json.JSONDecodeError:
         return raw
     return value if isinstance(value, dict) else raw
+
+
+def render(tokenizer, messages: list[dict], tools: list[dict] | None, *, generation_prompt: bool = False,
+           chat_template: str | None = None, **template_kwargs) -> str:
+    """Return the chat-template text of trajectory ``messages`` with ``tools`` (what a local model sees)."""
+    return tokenizer.apply_chat_template(to_template_messages(messages), tools=tools or None, tokenize=False,
+                                         add_generation_prompt=generation_prompt, chat_template=chat_template,
+                                         **template_kwargs)

@@ -144,6 +144,55 @@ def print_eval_metrics(metrics: dict, out_dir) -> None:
     Console(width=140).print(table)
 
 
+# ----------------------------------------------------------------------------- phase 02
+
+
+def cmd_analyze(args) -> int:
+    from agentrl.stats import analyze, print_stats
+
+    out = Path(args.out) if args.out else Path(args.runs[0]) / "analysis"
+    if not Path(args.runs[0]).is_dir() and not args.out:
+        out = Path(args.runs[0]).parent / "analysis"
+    stats = analyze(args.runs, out, args.threshold, png=not args.no_charts)
+    print_stats(stats, ", ".join(args.runs))
+    print(f"wrote {out}/stats.json, stats.md" + ("" if args.no_charts else " and charts"))
+    return 0
+
+
+def cmd_curate(args) -> int:
+    from agentrl.curate import curate, data_config
+
+    preset = _preset(args)
+    cfg = data_config(preset, name=args.name, min_f1=args.min_f1, min_em=args.min_em, min_judge=args.min_judge,
+                      max_turns=args.max_turns, max_examples=args.max_examples, val_fraction=args.val_fraction,
+                      seed=args.seed, balance_by=args.balance_by.split(",") if args.balance_by else None)
+    if args.no_tool_errors:
+        cfg.no_tool_errors = True
+    out = Path(args.out) if args.out else RUNS / "data" / cfg.name
+    report = curate(args.runs, cfg, out)
+    for s in report["steps"]:
+        print(f"{s['step']:>14}: -{s['removed']:<6} -> {s['remaining']:<6} {s['reason'] if s['removed'] else ''}")
+    print(f"wrote {out}: train {report['written']['train']}, validation {report['written']['validation']}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from agentrl.export import export
+
+    counts = export(args.data, [f.strip() for f in args.formats.split(",")])
+    print(f"exported {args.data}: {counts} as {args.formats}")
+    return 0
+
+
+def cmd_import_seed(args) -> int:
+    from agentrl.seed_import import import_seed
+
+    out = Path(args.out) if args.out else RUNS / "eval" / args.name
+    counts = import_seed(args.seed_run, out, with_eval=True if args.with_eval else None)
+    print(f"wrote {out}/trajectories.jsonl: {counts}")
+    return 0
+
+
 def cmd_tiny_model(args) -> int:
     from agentrl.tiny import build_tiny_model
 
@@ -247,6 +296,41 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--judge-model")
     g.add_argument("--judge-base-url")
     c.set_defaults(func=cmd_eval)
+
+    c = sub.add_parser("analyze", help="statistics of trajectories (stats.json, stats.md, charts)")
+    c.add_argument("runs", nargs="+", help="run directories or trajectories .jsonl files")
+    c.add_argument("--out", help="output directory (default RUN/analysis)")
+    c.add_argument("--threshold", type=float, default=0.8, help="success means f1 >= threshold")
+    c.add_argument("--no-charts", action="store_true")
+    c.set_defaults(func=cmd_analyze)
+
+    c = sub.add_parser("curate", help="filter, de-duplicate, balance and split trajectories for SFT")
+    c.add_argument("runs", nargs="+", help="run directories or trajectories .jsonl files")
+    c.add_argument("--config", help="preset name or TOML path (its [data] table gives defaults)")
+    c.add_argument("--name", help="dataset name (runs/data/NAME)")
+    c.add_argument("--out")
+    c.add_argument("--min-f1", type=float)
+    c.add_argument("--min-em", type=float)
+    c.add_argument("--min-judge", type=float)
+    c.add_argument("--max-turns", type=int)
+    c.add_argument("--no-tool-errors", action="store_true")
+    c.add_argument("--balance-by", help="tool_calls or tool_calls,turns")
+    c.add_argument("--max-examples", type=int)
+    c.add_argument("--val-fraction", type=float)
+    c.add_argument("--seed", type=int)
+    c.set_defaults(func=cmd_curate)
+
+    c = sub.add_parser("export", help="export a curated dataset to trl / swift / sharegpt JSONL")
+    c.add_argument("data", help="curated dataset directory (runs/data/NAME)")
+    c.add_argument("--formats", default="trl,swift,sharegpt")
+    c.set_defaults(func=cmd_export)
+
+    c = sub.add_parser("import-seed", help="convert a seed run (results.jsonl + openai_trace.log) to trajectories")
+    c.add_argument("seed_run", help="seed output directory")
+    c.add_argument("--name", default="seed", help="run name (runs/eval/NAME)")
+    c.add_argument("--out")
+    c.add_argument("--with-eval", action="store_true", help="read intermediate_data.json instead of results.jsonl")
+    c.set_defaults(func=cmd_import_seed)
 
     c = sub.add_parser("tiny-model", help="build the tiny offline model (tokenizer + random Qwen3)")
     c.add_argument("--out", default="runs/models/tiny")

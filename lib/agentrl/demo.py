@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -44,7 +45,28 @@ def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool
     t = time.perf_counter()
     results.append(demo_eval(preset, rebuild))
     results[-1].seconds = time.perf_counter() - t
+
+    t = time.perf_counter()
+    results.append(demo_data(preset))
+    results[-1].seconds = time.perf_counter() - t
     return results
+
+
+def demo_data(preset: dict) -> StepResult:
+    """Phase 02: statistics of the phase-01 runs, curation of the oracle demonstrations, export."""
+    from agentrl.curate import curate, data_config
+    from agentrl.export import FORMATS, export
+    from agentrl.stats import analyze
+
+    cfg = data_config(preset)
+    out = Path("runs") / "data" / cfg.name
+    stats = analyze(["runs/eval/oracle", "runs/eval/tiny_base"], out / "analysis")
+    report = curate(["runs/eval/oracle"], cfg, out)
+    export(out, FORMATS)
+    return StepResult("02 data", str(out), {
+        "trajectories": stats["total"], "successes (F1>=0.8)": stats["success_f1"],
+        "train": report["written"]["train"], "validation": report["written"]["validation"],
+        "formats": "+".join(FORMATS)})
 
 
 def demo_eval(preset: dict, rebuild: bool) -> StepResult:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrl.chat import to_template_messages
+from agentrl.chat import render
 from agentrl.policies.base import Turn, parse_hermes
 
 
@@ -59,9 +59,8 @@ class LocalPolicy:
         import torch
 
         start = time.perf_counter()
-        enc = self.tokenizer.apply_chat_template(to_template_messages(messages), tools=tools or None,
-                                                 add_generation_prompt=True, return_dict=True, return_tensors="pt",
-                                                 **self.cfg.chat_template_kwargs)
+        prompt = render(self.tokenizer, messages, tools, generation_prompt=True, **self.cfg.chat_template_kwargs)
+        enc = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
         enc = {k: v.to(self.model_obj.device) for k, v in enc.items()}
         sample = self.cfg.temperature > 0
         with torch.no_grad():

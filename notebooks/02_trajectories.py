@@ -1,0 +1,107 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+with app.setup:
+    from pathlib import Path
+
+    import marimo as mo
+    import polars as pl
+
+    from agentrl import notebook as nb
+    from agentrl.config import load_preset
+    from agentrl.curate import curate, data_config
+    from agentrl.export import FORMATS, export
+    from agentrl.stats import charts, compute_stats, stats_markdown
+    from agentrl.trajectories import read_trajectory, trajectory_frame
+    from agentrl.viewer import chat_markdown
+
+    nb.use_repo_root()
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    # 02 · Trajectories: statistics, curation, export
+
+    What gets trained is decided here. Statistics split by outcome (how many tool calls and turns do the
+    successes take?), filters and balancing with a report of what each step removed, a train/validation split
+    by question, and export to TRL, ms-swift and ShareGPT.
+
+    Headless: `uv run python notebooks/02_trajectories.py -- --config demo --runs runs/eval/oracle`
+    (or `agentrl analyze / curate / export`). Writes `runs/data/<name>/`.
+    """)
+    return
+
+
+@app.cell
+def _():
+    args = nb.cli_args()
+    preset = load_preset(nb.arg(args, "config", "demo"))
+    runs = [r for r in str(nb.arg(args, "runs", "runs/eval/oracle,runs/eval/tiny_base")).split(",") if Path(r).exists()]
+    mo.stop(not runs, mo.md("No trajectories yet: run notebook 01 (or `agentrl eval`) first."))
+    df = trajectory_frame(runs)
+    stats = compute_stats(df)
+    print(f"{stats['total']} trajectories from {runs}: {stats['success_f1']} successes (F1 >= 0.8)")
+    mo.md(stats_markdown(stats, f"Statistics of {', '.join(runs)}"))
+    return df, preset, runs
+
+
+@app.cell
+def _(df):
+    c = charts(df)
+    mo.hstack([c["tool_calls_by_outcome"], c["f1_histogram"], c["tokens_by_outcome"]], wrap=True)
+    return
+
+
+@app.cell
+def _(df):
+    min_f1 = mo.ui.slider(0.0, 1.0, step=0.05, value=0.0, label="min F1")
+    finish = mo.ui.multiselect(sorted(df["finish"].unique().to_list()), label="finish")
+    mo.hstack([min_f1, finish])
+    return finish, min_f1
+
+
+@app.cell
+def _(df, finish, min_f1):
+    shown = df.filter(pl.col("f1").fill_null(0) >= min_f1.value)
+    if finish.value:
+        shown = shown.filter(pl.col("finish").is_in(finish.value))
+    table = mo.ui.table(shown.select("id", "type", "f1", "em", "finish", "turns", "tool_calls", "total_tokens",
+                                     "question", "prediction", "source", "row"), page_size=10, selection="single")
+    table
+    return shown, table
+
+
+@app.cell
+def _(shown, table):
+    chosen = table.value if table.value.height else shown
+    picked = chosen.row(0, named=True) if chosen.height else None
+    mo.md(chat_markdown(read_trajectory(picked["source"], picked["row"])) if picked else "No trajectory selected.")
+    return
+
+
+@app.cell
+def _():
+    curate_button = mo.ui.run_button(label="Curate + export")
+    curate_button
+    return (curate_button,)
+
+
+@app.cell
+def _(curate_button, preset, runs):
+    cfg = data_config(preset)
+    out = Path("runs") / "data" / cfg.name
+    mo.stop(nb.interactive() and not curate_button.value,
+            mo.md(f"Press **Curate + export** to write `{out}` with the preset's `[data]` settings."))
+    report = curate(runs, cfg, out)
+    counts = export(out, FORMATS)
+    print(f"curated {out}: {report['written']}; exported {list(FORMATS)}: {counts}")
+    mo.vstack([mo.md(f"Wrote `{out}`: {report['written']}, exported as {', '.join(FORMATS)}"),
+               pl.DataFrame(report["steps"])])
+    return
+
+
+if __name__ == "__main__":
+    app.run()
