@@ -193,6 +193,22 @@ def cmd_import_seed(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- phase 03
+
+
+def cmd_sft(args) -> int:
+    from agentrl.train.sft import print_sft_summary, run_sft, sft_config
+
+    preset = _preset(args)
+    cfg = sft_config(preset, name=args.name, data=args.data, max_steps=args.max_steps, epochs=args.epochs,
+                     learning_rate=args.learning_rate, check_questions=args.check_questions, merge=args.merge or None,
+                     model_name=args.model, backend=args.backend)
+    result = run_sft(cfg, preset)
+    if result.is_main:
+        print_sft_summary(result.metrics, result.out)
+    return 0
+
+
 def cmd_tiny_model(args) -> int:
     from agentrl.tiny import build_tiny_model
 
@@ -331,6 +347,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out")
     c.add_argument("--with-eval", action="store_true", help="read intermediate_data.json instead of results.jsonl")
     c.set_defaults(func=cmd_import_seed)
+
+    c = sub.add_parser("sft", help="LoRA SFT on a curated dataset (Unsloth on CUDA, transformers + peft elsewhere)")
+    c.add_argument("--config", help="preset name or TOML path (its [sft] table gives defaults)")
+    c.add_argument("--name", help="run name (runs/sft/NAME)")
+    c.add_argument("--data", help="curated dataset directory (runs/data/NAME) or a trl .jsonl")
+    c.add_argument("--model", help="base model (hub id or directory)")
+    c.add_argument("--backend", choices=["auto", "unsloth", "transformers"])
+    c.add_argument("--max-steps", type=int)
+    c.add_argument("--epochs", type=float)
+    c.add_argument("--learning-rate", type=float)
+    c.add_argument("--check-questions", type=int, help="held-out questions for the inference check (0 = skip)")
+    c.add_argument("--merge", action="store_true", help="also save a 16-bit merged model")
+    c.set_defaults(func=cmd_sft)
 
     c = sub.add_parser("tiny-model", help="build the tiny offline model (tokenizer + random Qwen3)")
     c.add_argument("--out", default="runs/models/tiny")

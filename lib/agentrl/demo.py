@@ -49,7 +49,30 @@ def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool
     t = time.perf_counter()
     results.append(demo_data(preset))
     results[-1].seconds = time.perf_counter() - t
+
+    t = time.perf_counter()
+    results.append(demo_sft(preset, rebuild))
+    results[-1].seconds = time.perf_counter() - t
     return results
+
+
+def demo_sft(preset: dict, rebuild: bool) -> StepResult:
+    """Phase 03: LoRA SFT of the tiny model on the oracle demonstrations, checked on held-out questions."""
+    from agentrl.io import read_json
+    from agentrl.train.sft import run_sft, sft_config
+
+    cfg = sft_config(preset)
+    out = Path("runs") / "sft" / cfg.name
+    if rebuild or not (out / "metrics.json").exists() or not (out / "adapter" / "adapter_config.json").exists():
+        metrics = run_sft(cfg, preset).metrics
+    else:
+        metrics = read_json(out / "metrics.json")
+    loss, check = metrics["loss"], metrics.get("check") or {}
+    return StepResult("03 sft", str(out), {
+        "loss first→last": f"{loss[0]['loss']:.3f}→{loss[-1]['loss']:.3f}",
+        "well-formed tool-call episodes base→sft": f"{check['base']['episodes_with_wellformed_call']:.2f}→"
+                                                    f"{check['sft']['episodes_with_wellformed_call']:.2f}",
+        "steps": metrics["steps"], "backend": metrics["backend"]})
 
 
 def demo_data(preset: dict) -> StepResult:

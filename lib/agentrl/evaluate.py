@@ -138,8 +138,8 @@ def load_rows(cfg: EvalConfig, preset: dict | None = None) -> list[dict]:
 
 
 def run_eval(cfg: EvalConfig, preset: dict | None = None, *, runs: str | Path = "runs", resume: bool = False,
-             overwrite: bool = False, policy=None, task=None) -> dict:
-    """Run the evaluation into ``runs/eval/<name>/`` and return its metrics."""
+             overwrite: bool = False, policy=None, task=None, out_dir: str | Path | None = None) -> dict:
+    """Run the evaluation into ``runs/eval/<name>/`` (or ``out_dir``) and return its metrics."""
     from agentrl.aio import run_sync
     from agentrl.config import to_dict
     from agentrl.runner import arun_batch
@@ -152,7 +152,7 @@ def run_eval(cfg: EvalConfig, preset: dict | None = None, *, runs: str | Path = 
         from agentrl.judge import LLMJudge
 
         judge = LLMJudge(cfg.judge)
-    out_dir = Path(runs) / "eval" / cfg.name
+    out_dir = Path(out_dir) if out_dir else Path(runs) / "eval" / cfg.name
     config = {"eval": {k: v for k, v in to_dict(cfg).items() if k not in ("endpoint", "local", "judge")},
               "judge": judge.describe() if judge else None}
 

@@ -7,6 +7,7 @@ hermes ``<tool_call>`` blocks, the format Qwen models and the tiny demo model em
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ class LocalPolicy:
             model, tokenizer = load_inference_model(cfg.model, cfg.adapter, device=cfg.device)
         self.model_obj, self.tokenizer = model, tokenizer
         self.model = Path(cfg.model).name + (f"+{Path(cfg.adapter).name}" if cfg.adapter else "")
-        self._lock = asyncio.Lock()
+        self._lock = threading.Lock()  # not asyncio.Lock: the policy may serve several event loops in turn
 
     def describe(self) -> dict:
         """Return the policy settings for a manifest."""
@@ -51,8 +52,11 @@ class LocalPolicy:
 
     async def generate(self, messages: list[dict], tools: list[dict], row: dict | None = None) -> Turn:
         """Return the next assistant turn parsed from the model's text."""
-        async with self._lock:
-            return await asyncio.to_thread(self.generate_sync, messages, tools)
+        return await asyncio.to_thread(self._generate_locked, messages, tools)
+
+    def _generate_locked(self, messages: list[dict], tools: list[dict]) -> Turn:
+        with self._lock:
+            return self.generate_sync(messages, tools)
 
     def generate_sync(self, messages: list[dict], tools: list[dict]) -> Turn:
         """Return the next assistant turn (blocking)."""

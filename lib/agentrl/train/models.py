@@ -1,0 +1,145 @@
+"""Loading a model for LoRA training with one config and two backends.
+
+- ``unsloth``: ``FastLanguageModel.from_pretrained`` + ``get_peft_model`` (4-bit or 16-bit, Unsloth's
+  kernels and gradient checkpointing) when a CUDA GPU is present and unsloth is installed;
+- ``transformers``: ``AutoModelForCausalLM`` + ``peft.get_peft_model`` everywhere else (the tested path).
+
+``backend="auto"`` picks Unsloth when it can run. Asking for Unsloth without a GPU logs why and falls back,
+unless ``UNSLOTH_FORCE_CPU=1`` asks for Unsloth's CPU backend on purpose (that is how its code path is
+tested here). The choice and the reason are returned so they reach the manifest.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class LoraSettings:
+    """LoRA adapter shape (the seed used r 64, alpha 128, dropout 0.05 on all linear layers)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    use_rslora: bool = False
+
+
+@dataclass
+class ModelConfig:
+    """Which model to train and how to load it."""
+
+    name: str = "runs/models/tiny"
+    backend: str = "auto"  # auto | unsloth | transformers
+    max_seq_length: int = 4096
+    load_in_4bit: bool = False
+    dtype: str = "auto"  # auto = bf16 on a GPU that supports it, else fp32
+    gradient_checkpointing: bool = False
+    lora: LoraSettings = field(default_factory=LoraSettings)
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for training, with how it was loaded."""
+
+    model: object
+    tokenizer: object
+    backend: str
+    reason: str
+
+
+def choose_backend(requested: str) -> tuple[str, str]:
+    """Return ``(backend, reason)`` for the requested backend on this machine."""
+    import torch
+
+    has_gpu = torch.cuda.is_available()
+    has_unsloth = importlib.util.find_spec("unsloth") is not None
+    forced_cpu = os.environ.get("UNSLOTH_FORCE_CPU") == "1"
+    if requested not in ("auto", "unsloth", "transformers"):
+        from agentrl.io import DataError
+
+        raise DataError(f"model.backend must be auto, unsloth or transformers (got {requested!r})")
+    if requested == "transformers":
+        return "transformers", "requested"
+    if has_unsloth and (has_gpu or forced_cpu):
+        return "unsloth", "CUDA GPU present" if has_gpu else "UNSLOTH_FORCE_CPU=1 (Unsloth's CPU backend)"
+    why = "no CUDA GPU" if not has_gpu else "unsloth is not installed"
+    if requested == "unsloth":
+        log.warning("Unsloth was requested but %s: falling back to transformers + peft "
+                    "(install unsloth on a CUDA machine for its kernels)", why)
+        return "transformers", f"unsloth requested but {why}: fell back"
+    return "transformers", why
+
+
+def _dtype(cfg: ModelConfig):
+    import torch
+
+    if cfg.dtype not in ("auto", None):
+        return getattr(torch, cfg.dtype)
+    if torch.cuda.is_available():
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def load_for_training(cfg: ModelConfig, *, lora: bool = True) -> LoadedModel:
+    """Return the model (LoRA applied when ``lora``) and tokenizer on the chosen backend."""
+    backend, reason = choose_backend(cfg.backend)
+    log.info("training backend: %s (%s)", backend, reason)
+    if backend == "unsloth":
+        return _load_unsloth(cfg, lora, reason)
+    return _load_transformers(cfg, lora, reason)
+
+
+def _load_unsloth(cfg: ModelConfig, lora: bool, reason: str) -> LoadedModel:
+    os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")  # never let Unsloth apt-get or git clone on its own
+    from unsloth import FastLanguageModel  # must be imported before trl/transformers to patch them
+
+    checkpointing = "unsloth" if cfg.gradient_checkpointing else False
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=cfg.name, max_seq_length=cfg.max_seq_length, dtype=None, load_in_4bit=cfg.load_in_4bit,
+        load_in_16bit=not cfg.load_in_4bit, use_gradient_checkpointing=checkpointing)
+    if lora:
+        model = FastLanguageModel.get_peft_model(
+            model, r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+            target_modules=cfg.lora.target_modules, use_rslora=cfg.lora.use_rslora, bias="none",
+            use_gradient_checkpointing=checkpointing, random_state=3407, max_seq_length=cfg.max_seq_length)
+    return LoadedModel(model, tokenizer, "unsloth", reason)
+
+
+def _load_transformers(cfg: ModelConfig, lora: bool, reason: str) -> LoadedModel:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.models import load_tokenizer
+
+    kwargs = {"dtype": _dtype(cfg)}
+    if cfg.load_in_4bit:
+        if torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes"):
+            from transformers import BitsAndBytesConfig
+
+            kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                               bnb_4bit_compute_dtype=kwargs["dtype"])
+        else:
+            log.warning("load_in_4bit needs CUDA and bitsandbytes: loading in %s instead", kwargs["dtype"])
+    tokenizer = load_tokenizer(cfg.name)
+    model = AutoModelForCausalLM.from_pretrained(cfg.name, **kwargs)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+        targets = [t for t in cfg.lora.target_modules if t in present]
+        if not targets:
+            from agentrl.io import DataError
+
+            raise DataError(f"model.lora.target_modules {cfg.lora.target_modules} match no module of {cfg.name}")
+        model = get_peft_model(model, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha,
+                                                 lora_dropout=cfg.lora.dropout, target_modules=targets,
+                                                 use_rslora=cfg.lora.use_rslora, bias="none", task_type="CAUSAL_LM"))
+    return LoadedModel(model, tokenizer, "transformers", reason)

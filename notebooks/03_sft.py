@@ -1,0 +1,133 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+with app.setup:
+    from pathlib import Path
+
+    import altair as alt
+    import marimo as mo
+    import polars as pl
+
+    from agentrl import notebook as nb
+    from agentrl.config import load_preset
+    from agentrl.io import read_jsonl
+    from agentrl.train import sft
+    from agentrl.viewer import chat_markdown
+
+    nb.use_repo_root()
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    # 03 · LoRA SFT on agent trajectories
+
+    Fine-tunes a LoRA adapter on the curated trajectories of phase 02 — loss on assistant tokens only (tool
+    calls and answers; prompts and tool results are context) — then runs the agent with the adapter on
+    held-out questions next to the base model. Unsloth on a CUDA GPU, transformers + peft elsewhere.
+
+    Headless: `uv run python notebooks/03_sft.py -- --config demo` (or `agentrl sft --config demo`).
+    Writes `runs/sft/<name>/` (`adapter/`, `check/`, `metrics.json`, `manifest.json`).
+    """)
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    import importlib.util
+
+    import torch
+
+    from agentrl.train.models import choose_backend
+
+    args = nb.cli_args()
+    preset = load_preset(nb.arg(args, "config", "demo"))
+    settings = sft.sft_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None))
+    backend, reason = choose_backend(settings.model.backend)
+    mo.md(f"""
+    ## 1 · Install
+    Locally `uv sync` has everything for the CPU path. On Colab or a GPU box the exported notebook's first cell
+    installs `unsloth` and this repository (`scripts/export_to_ipynb.sh`).
+
+    torch {torch.__version__} · CUDA available: **{torch.cuda.is_available()}** · unsloth installed:
+    **{importlib.util.find_spec("unsloth") is not None}** → backend **{backend}** ({reason})
+    """)
+    return preset, settings
+
+
+@app.cell
+def _(settings):
+    loaded = sft.load_model(settings)
+    trainable = sum(p.numel() for p in loaded.model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in loaded.model.parameters())
+    print(f"model {settings.model.name} on {loaded.backend}: {trainable:,} trainable of {total:,} parameters")
+    mo.md(f"## 2 · Model\n`{settings.model.name}` on **{loaded.backend}** · LoRA r={settings.model.lora.r}, "
+          f"alpha={settings.model.lora.alpha} · {trainable:,} trainable of {total:,} parameters")
+    return (loaded,)
+
+
+@app.cell
+def _(loaded, settings):
+    data = sft.load_data(settings, loaded.tokenizer)
+    print(f"data {data.train_path}: {data.counts}")
+    _row = data.train[0]
+    mo.vstack([mo.md(f"## 3 · Data\n`{data.train_path}` · {data.counts}"),
+               mo.md(chat_markdown({"id": _row["id"], "messages": _row["messages"], "policy": "oracle"}, 400))])
+    return (data,)
+
+
+@app.cell
+def _():
+    train_button = mo.ui.run_button(label="Train")
+    mo.vstack([mo.md("## 4 · Train"), train_button])
+    return (train_button,)
+
+
+@app.cell
+def _(data, loaded, settings, train_button):
+    out = Path("runs") / "sft" / settings.name
+    mo.stop(nb.interactive() and not train_button.value,
+            mo.md(f"Press **Train** ({settings.max_steps} steps, lr {settings.learning_rate})."))
+    trainer = sft.make_trainer(settings, loaded, data, out)
+    metrics = sft.train(trainer, loaded, data)
+    sft.save_adapter(trainer.model, loaded.tokenizer, out, settings)
+    loss = pl.DataFrame(metrics["loss"])
+    print(f"loss {loss['loss'][0]:.3f} -> {loss['loss'][-1]:.3f} over {metrics['steps']} steps")
+    alt.Chart(loss).mark_line(point=True).encode(x="step", y="loss").properties(title="training loss")
+    return metrics, out
+
+
+@app.cell
+def _(loaded, metrics, out, preset, settings):
+    check = sft.inference_check(loaded.model, loaded.tokenizer, settings, preset, out / "check")
+    metrics["check"] = check
+    sft.write_run(out, settings, metrics, Path(settings.data))
+    table = pl.DataFrame([{"model": k, **{m: v for m, v in c.items() if m != "finish"}} for k, c in check.items()])
+    print(table)
+    _traj = read_jsonl(out / "check" / "sft" / "trajectories.jsonl")[0]
+    mo.vstack([mo.md("## 5 · Inference check on held-out questions (base vs adapter)"), table,
+               mo.md(chat_markdown(_traj, 600))])
+    return
+
+
+@app.cell
+def _():
+    merge_button = mo.ui.run_button(label="Merge to 16-bit")
+    mo.vstack([mo.md("## 6 · Save\nThe adapter is in `runs/sft/<name>/adapter`. Merge it for serving without "
+                     "`--enable-lora` (see docs/colab.md)."), merge_button])
+    return (merge_button,)
+
+
+@app.cell
+def _(loaded, merge_button, out, settings):
+    mo.stop(not (merge_button.value or (settings.merge and not nb.interactive())))
+    merged = sft.merge_adapter(loaded, out / "merged")
+    print(f"merged model written to {merged}")
+    mo.md(f"Merged model: `{merged}`")
+    return
+
+
+if __name__ == "__main__":
+    app.run()

@@ -1,0 +1,39 @@
+"""Every shipped preset parses into every phase's typed config (a typo in a TOML file fails here, not on a GPU)."""
+
+import pytest
+
+from agentrl.config import REPO_ROOT, load_preset
+
+PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml"))
+
+
+def test_the_three_presets_ship():
+    assert {"demo", "colab_qwen3_4b", "gpu_qwen2_5_7b"} <= set(PRESETS)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_builds_every_phase_config(name):
+    from agentrl.curate import data_config
+    from agentrl.evaluate import eval_config
+    from agentrl.pipeline import corpus_configs
+    from agentrl.train.sft import sft_config
+
+    preset = load_preset(name)
+    corpus, index = corpus_configs(preset)
+    assert corpus.name and index.dense.embedder
+    assert eval_config(preset).run.concurrency >= 1
+    assert data_config(preset).name
+    assert sft_config(preset).model.name
+
+
+def test_unknown_preset_fields_are_named(tmp_path):
+    from agentrl.io import DataError
+    from agentrl.train.sft import sft_config
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[sft]\nlearning_rat = 1e-4\n")
+    with pytest.raises(DataError, match="sft: unknown field 'learning_rat'"):
+        sft_config(load_preset(bad))
+    bad.write_text("[sft.model.lora]\nr = 'big'\n")
+    with pytest.raises(DataError, match=r"sft\.model\.lora\.r: expected int"):
+        sft_config(load_preset(bad))

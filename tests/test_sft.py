@@ -1,0 +1,223 @@
+"""Phase 03: LoRA SFT with real TRL on the tiny model, on CPU."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agentrl.io import DataError
+from agentrl.train.models import LoraSettings, ModelConfig, choose_backend
+from agentrl.train.sft import SFTSettings, length_filter, run_sft
+from conftest import HOTPOT, ROOT
+
+
+def check_preset(small_index) -> dict:
+    """An eval setup for the inference check: held-out questions 60.. over the small test index."""
+    return {"eval": {"index": str(small_index), "qa": str(HOTPOT), "top_k": 3, "max_searches": 3,
+                     "passage_chars": 200, "run": {"max_turns": 4, "concurrency": 4}},
+            "demo": {"train_questions": 60}}
+
+
+@pytest.fixture(scope="session")
+def sft_data(tmp_path_factory, small_index):
+    """Oracle demonstrations for the first 60 questions, curated and exported (phases 01-02, for real)."""
+    from agentrl.curate import CurateConfig, curate
+    from agentrl.evaluate import EvalConfig, run_eval
+    from agentrl.export import export
+    from agentrl.runner import RunConfig
+
+    root = tmp_path_factory.mktemp("sftdata")
+    cfg = EvalConfig(name="oracle", qa=str(HOTPOT), limit=60, index=str(small_index), policy="oracle", top_k=3,
+                     passage_chars=200, run=RunConfig(progress=False))
+    run_eval(cfg, runs=root)
+    curate([root / "eval" / "oracle"], CurateConfig(val_fraction=0.1), root / "data")
+    export(root / "data", ["trl"])
+    return root / "data"
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory, sft_data, tiny_model, small_index):
+    """The tiny model after 300 LoRA SFT steps on the oracle demonstrations, with the before/after check."""
+    runs = tmp_path_factory.mktemp("sftruns")
+    settings = SFTSettings(name="t", data=str(sft_data), max_steps=300, learning_rate=5e-3, lr_scheduler="constant",
+                           warmup=0.0, batch_size=4, grad_accum=1, max_length=2048, logging_steps=20, report_to=[],
+                           check_questions=10, model=ModelConfig(name=str(tiny_model),
+                                                                 lora=LoraSettings(r=32, alpha=64, dropout=0.0)))
+    return run_sft(settings, check_preset(small_index), runs=runs)
+
+
+def test_loss_falls_over_a_short_run(trained):
+    losses = [x["loss"] for x in trained.metrics["loss"]]
+    assert len(losses) >= 10
+    first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
+    assert last < first - 1.0, losses
+    assert trained.metrics["eval_loss"] and trained.metrics["eval_loss"][-1]["eval_loss"] < losses[0]
+
+
+def test_sft_makes_the_tiny_model_call_tools_well_formed_on_held_out_questions(trained):
+    base, sft = trained.metrics["check"]["base"], trained.metrics["check"]["sft"]
+    print(f"well-formed tool-call episodes: base {base['episodes_with_wellformed_call']}, "
+          f"sft {sft['episodes_with_wellformed_call']}")
+    assert base["n"] == sft["n"] == 10
+    assert base["episodes_with_wellformed_call"] <= 0.1
+    assert sft["episodes_with_wellformed_call"] >= base["episodes_with_wellformed_call"] + 0.3
+    trajs = [json.loads(line) for line in (trained.out / "check" / "sft" / "trajectories.jsonl").open()]
+    assert {t["id"] for t in trajs} == {f"dev_{i}" for i in range(60, 70)}  # held out: never trained on
+
+
+def test_run_directory_has_adapter_metrics_and_manifest(trained):
+    out = trained.out
+    assert (out / "adapter" / "adapter_config.json").exists()
+    assert (out / "adapter" / "tokenizer_config.json").exists()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["backend"] == "transformers" and manifest["phase"] == "sft"
+    assert manifest["counts"]["steps"] == 300
+    assert json.loads((out / "metrics.json").read_text())["check"]["sft"]["n"] == 10
+
+
+def test_save_then_reload_gives_the_same_outputs(trained, tiny_model):
+    import torch
+
+    from agentrl.models import load_inference_model
+
+    reloaded, tok = load_inference_model(tiny_model, trained.out / "adapter")
+    ids = tok("<|im_start|>user\nWho directed Ed Wood?<|im_end|>\n<|im_start|>assistant\n",
+              return_tensors="pt")["input_ids"]
+    trained.model.eval()
+    with torch.no_grad():
+        a = trained.model(input_ids=ids).logits
+        b = reloaded(input_ids=ids).logits
+        with reloaded.disable_adapter():
+            base = reloaded(input_ids=ids).logits
+    assert torch.allclose(a, b, atol=1e-5)
+    assert not torch.allclose(a, base, atol=1e-3)  # the adapter matters
+
+
+def test_only_assistant_tokens_carry_loss_in_a_two_turn_tool_conversation(tiny_model, tmp_path):
+    from trl import SFTConfig, SFTTrainer
+
+    from agentrl.export import load_trl_dataset
+    from agentrl.models import load_tokenizer
+    from agentrl.train.models import load_for_training
+
+    tools = [{"type": "function", "function": {"name": "search", "description": "Search.", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string", "description": "q"}}, "required": ["query"]}}}]
+    messages = [
+        {"role": "system", "content": "Answer with the search tool."},
+        {"role": "user", "content": "Who directed Ed Wood?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "search", "arguments": {"query": "Ed Wood film"}}}]},
+        {"role": "tool", "name": "search", "content": "Doc 1 (Title: Ed Wood (film)) directed by Tim Burton."},
+        {"role": "assistant", "content": "<answer>Tim Burton</answer>"},
+    ]
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps({"id": "x", "messages": messages, "tools": json.dumps(tools)}) + "\n")
+    loaded = load_for_training(ModelConfig(name=str(tiny_model)))
+    trainer = SFTTrainer(model=loaded.model, processing_class=loaded.tokenizer, train_dataset=load_trl_dataset(path),
+                         args=SFTConfig(output_dir=str(tmp_path / "o"), assistant_only_loss=True, max_steps=1,
+                                        report_to=[], use_cpu=True, bf16=False, gradient_checkpointing=False))
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
+    tok = load_tokenizer(tiny_model)
+    trained_text = tok.decode([i for i, lab in zip(ids, labels, strict=True) if lab != -100])
+    assert trained_text == ('<tool_call>\n{"name": "search", "arguments": {"query": "Ed Wood film"}}\n</tool_call>'
+                            "<|im_end|>\n<answer>Tim Burton</answer><|im_end|>\n")
+    ignored = tok.decode([i for i, lab in zip(ids, labels, strict=True) if lab == -100])
+    assert "Doc 1 (Title: Ed Wood (film))" in ignored and "Who directed Ed Wood?" in ignored
+
+
+def test_overlong_rows_are_dropped_or_truncated_and_counted(sft_data, tiny_model):
+    from agentrl.export import load_trl_dataset
+    from agentrl.models import load_tokenizer
+    from agentrl.train.sft import _training_template
+
+    tok = load_tokenizer(tiny_model)
+    template, _ = _training_template(tok)
+    ds = load_trl_dataset(sft_data / "trl" / "train.jsonl")
+    lengths = sorted(len(tok.apply_chat_template(r["messages"], tools=json.loads(r["tools"]), return_dict=True)
+                         ["input_ids"]) for r in ds)
+    cut = lengths[len(lengths) // 2]
+    kept, counts = length_filter(ds, tok, cut, "drop", template)
+    assert counts["over_max_length"] == counts["dropped"] == sum(1 for n in lengths if n > cut) > 0
+    assert len(kept) == len(ds) - counts["dropped"]
+    kept, counts = length_filter(ds, tok, cut, "truncate", template)
+    assert counts["truncated"] == counts["over_max_length"] and counts["dropped"] == 0 and len(kept) == len(ds)
+
+
+def test_bad_sft_inputs_give_clear_errors(tmp_path, tiny_model, sft_data):
+    empty = tmp_path / "empty" / "trl"
+    empty.mkdir(parents=True)
+    (empty / "train.jsonl").write_text("")
+    base = dict(model=ModelConfig(name=str(tiny_model)), max_steps=1, report_to=[], check_questions=0)
+    with pytest.raises(DataError, match="empty dataset"):
+        run_sft(SFTSettings(data=str(tmp_path / "empty"), **base), runs=tmp_path)
+    no_assistant = tmp_path / "na" / "trl"
+    no_assistant.mkdir(parents=True)
+    (no_assistant / "train.jsonl").write_text(json.dumps(
+        {"messages": [{"role": "user", "content": "hi"}], "tools": "[]"}) + "\n")
+    with pytest.raises(DataError, match=r"train\.jsonl:1: row has no assistant turn"):
+        run_sft(SFTSettings(data=str(tmp_path / "na"), **base), runs=tmp_path)
+    with pytest.raises(DataError, match="no row fits max_length=16"):
+        run_sft(SFTSettings(data=str(sft_data), max_length=16, **base), runs=tmp_path)
+    with pytest.raises(DataError, match="no TRL dataset"):
+        run_sft(SFTSettings(data=str(tmp_path / "nowhere"), **base), runs=tmp_path)
+
+
+def test_a_missing_adapter_is_a_clear_error(tiny_model, tmp_path, capsys):
+    from agentrl.cli import main
+    from agentrl.models import load_inference_model
+
+    with pytest.raises(DataError, match="adapter not found"):
+        load_inference_model(tiny_model, tmp_path / "no_adapter")
+    assert main(["eval", "--policy", "local", "--model-path", str(tiny_model), "--adapter", str(tmp_path / "x"),
+                 "--qa", str(HOTPOT), "--index", str(tmp_path), "--limit", "1"]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_unsloth_without_a_gpu_falls_back_with_a_reason(monkeypatch):
+    monkeypatch.delenv("UNSLOTH_FORCE_CPU", raising=False)
+    backend, reason = choose_backend("unsloth")
+    assert backend == "transformers" and "fell back" in reason
+    assert choose_backend("transformers") == ("transformers", "requested")
+    with pytest.raises(DataError, match="backend must be"):
+        choose_backend("jax")
+
+
+def test_two_process_accelerate_run_completes(tmp_path, sft_data, tiny_model):
+    preset = tmp_path / "p.toml"
+    preset.write_text(f'[sft]\nname = "ddp"\ndata = "{sft_data}"\nmax_steps = 2\nbatch_size = 2\ngrad_accum = 1\n'
+                      f'report_to = []\ncheck_questions = 0\nlogging_steps = 1\n[sft.model]\nname = "{tiny_model}"\n')
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(ROOT / "configs" / "accelerate" / "cpu_2proc.yaml"), "-m", "agentrl.cli", "sft", "--config", str(preset)]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads((tmp_path / "runs" / "sft" / "ddp" / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["steps"] == 2
+    assert (tmp_path / "runs" / "sft" / "ddp" / "adapter" / "adapter_model.safetensors").exists()
+    assert proc.stdout.count("2 steps on transformers") == 1  # only the main process reports
+
+
+@pytest.mark.skipif(importlib.util.find_spec("unsloth") is None, reason="unsloth is not installed (GPU path only)")
+def test_unsloth_backend_trains_checks_and_merges_on_its_cpu_path(tmp_path, sft_data, tiny_model, small_index):
+    """Unsloth's own calls (from_pretrained, get_peft_model, SFT, save_pretrained_merged), on its CPU backend.
+
+    Runs in a subprocess: importing unsloth patches trl and transformers for the whole process.
+    """
+    preset = tmp_path / "u.toml"
+    preset.write_text(f'[sft]\nname = "u"\ndata = "{sft_data}"\nmax_steps = 3\nbatch_size = 2\ngrad_accum = 1\n'
+                      f'report_to = []\ncheck_questions = 2\nlogging_steps = 1\nmerge = true\n'
+                      f'[sft.model]\nname = "{tiny_model}"\nbackend = "unsloth"\n'
+                      f'[eval]\nindex = "{small_index}"\nqa = "{HOTPOT}"\npassage_chars = 200\n'
+                      '[eval.run]\nmax_turns = 3\n')
+    env = {**os.environ, "UNSLOTH_FORCE_CPU": "1", "UNSLOTH_AUTO_INSTALL": "0"}
+    proc = subprocess.run([sys.executable, "-m", "agentrl.cli", "sft", "--config", str(preset)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "runs" / "sft" / "u"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["backend"] == "unsloth" and "UNSLOTH_FORCE_CPU" in manifest["backend_reason"]
+    assert (out / "adapter" / "adapter_config.json").exists()
+    assert (out / "merged" / "config.json").exists() and list((out / "merged").glob("*.safetensors"))
