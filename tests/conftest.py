@@ -107,3 +107,41 @@ def tiny_model(tmp_path_factory) -> Path:
     from agentrl.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", data_dir=ROOT / "data" / "samples")
+
+
+def check_preset(small_index) -> dict:
+    """An eval setup for the inference check: held-out questions 60.. over the small test index."""
+    return {"eval": {"index": str(small_index), "qa": str(HOTPOT), "top_k": 3, "max_searches": 3,
+                     "passage_chars": 200, "run": {"max_turns": 4, "concurrency": 4}},
+            "demo": {"train_questions": 60}}
+
+
+@pytest.fixture(scope="session")
+def sft_data(tmp_path_factory, small_index):
+    """Oracle demonstrations for the first 60 questions, curated and exported (phases 01-02, for real)."""
+    from agentrl.curate import CurateConfig, curate
+    from agentrl.evaluate import EvalConfig, run_eval
+    from agentrl.export import export
+    from agentrl.runner import RunConfig
+
+    root = tmp_path_factory.mktemp("sftdata")
+    cfg = EvalConfig(name="oracle", qa=str(HOTPOT), limit=60, index=str(small_index), policy="oracle", top_k=3,
+                     passage_chars=200, run=RunConfig(progress=False))
+    run_eval(cfg, runs=root)
+    curate([root / "eval" / "oracle"], CurateConfig(val_fraction=0.1), root / "data")
+    export(root / "data", ["trl"])
+    return root / "data"
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory, sft_data, tiny_model, small_index):
+    """The tiny model after 300 LoRA SFT steps on the oracle demonstrations, with the before/after check."""
+    from agentrl.train.models import LoraSettings, ModelConfig
+    from agentrl.train.sft import SFTSettings, run_sft
+
+    runs = tmp_path_factory.mktemp("sftruns")
+    settings = SFTSettings(name="t", data=str(sft_data), max_steps=300, learning_rate=5e-3, lr_scheduler="constant",
+                           warmup=0.0, batch_size=4, grad_accum=1, max_length=2048, logging_steps=20, report_to=[],
+                           check_questions=10, model=ModelConfig(name=str(tiny_model),
+                                                                 lora=LoraSettings(r=32, alpha=64, dropout=0.0)))
+    return run_sft(settings, check_preset(small_index), runs=runs)

@@ -12,7 +12,7 @@ import pytest
 
 from agentrl.agent import extract_answer, run_episode
 from agentrl.envs.base import call_tool, tool_schemas
-from agentrl.envs.search import LocalSearch, MCPSearch, SearchEnv
+from agentrl.envs.search import LocalSearch, MCPSearch, SearchEnv, search_env_factory
 from agentrl.io import DataError, read_jsonl
 from agentrl.policies.base import parse_hermes
 from agentrl.policies.endpoint import EndpointConfig, EndpointPolicy
@@ -217,7 +217,7 @@ def test_the_api_key_appears_in_no_file_written(tmp_path, small_index):
 
 
 def test_search_env_exposes_one_tool_with_the_transformers_schema(small_retriever):
-    env = SearchEnv.factory(LocalSearch(small_retriever), top_k=2)()
+    env = search_env_factory(LocalSearch(small_retriever), top_k=2)()
     schema = tool_schemas(env)
     assert [s["function"]["name"] for s in schema] == ["search"]
     assert schema[0]["function"]["parameters"]["required"] == ["query"]

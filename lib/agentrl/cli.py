@@ -209,6 +209,24 @@ def cmd_sft(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- phase 04
+
+
+def cmd_grpo(args) -> int:
+    from agentrl.train.grpo import grpo_config, print_grpo_summary, run_grpo
+
+    preset = _preset(args)
+    cfg = grpo_config(preset, name=args.name, max_steps=args.max_steps, learning_rate=args.learning_rate,
+                      adapter=args.adapter, model_name=args.model, backend=args.backend, env=args.env,
+                      eval_questions=args.eval_questions, eval_every=args.eval_every)
+    if args.no_adapter:
+        cfg.adapter = None
+    result = run_grpo(cfg, preset)
+    if result.is_main:
+        print_grpo_summary(result.metrics, result.out)
+    return 0
+
+
 def cmd_tiny_model(args) -> int:
     from agentrl.tiny import build_tiny_model
 
@@ -286,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--index", help="index directory (default: the preset's phase-00 index)")
     c.add_argument("--mcp-url", help="search through an MCP retrieval server, e.g. http://127.0.0.1:8765/mcp")
     c.add_argument("--top-k", type=int)
+    c.add_argument("--search-method", choices=["bm25", "dense", "hybrid"], help="default: the index's method")
     c.add_argument("--max-searches", type=int)
     c.add_argument("--passage-chars", type=int, help="cut each returned passage to this many characters")
     c.add_argument("--prompt", help="system prompt name (search, search_brief, sql) or text")
@@ -360,6 +379,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--check-questions", type=int, help="held-out questions for the inference check (0 = skip)")
     c.add_argument("--merge", action="store_true", help="also save a 16-bit merged model")
     c.set_defaults(func=cmd_sft)
+
+    c = sub.add_parser("grpo", help="multi-turn GRPO with the tools in the rollouts (TRL environment_factory)")
+    c.add_argument("--config", help="preset name or TOML path (its [grpo] table gives defaults)")
+    c.add_argument("--name", help="run name (runs/grpo/NAME)")
+    c.add_argument("--env", choices=["search", "sql"])
+    c.add_argument("--model", help="base model (hub id or directory)")
+    c.add_argument("--adapter", help="LoRA adapter to continue from (e.g. runs/sft/NAME/adapter)")
+    c.add_argument("--no-adapter", action="store_true", help="start a fresh LoRA on the base model")
+    c.add_argument("--backend", choices=["auto", "unsloth", "transformers"])
+    c.add_argument("--max-steps", type=int)
+    c.add_argument("--learning-rate", type=float)
+    c.add_argument("--eval-every", type=int, help="steps between agent evaluations (0 = only at the end)")
+    c.add_argument("--eval-questions", type=int)
+    c.set_defaults(func=cmd_grpo)
 
     c = sub.add_parser("tiny-model", help="build the tiny offline model (tokenizer + random Qwen3)")
     c.add_argument("--out", default="runs/models/tiny")

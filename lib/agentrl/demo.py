@@ -53,7 +53,32 @@ def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool
     t = time.perf_counter()
     results.append(demo_sft(preset, rebuild))
     results[-1].seconds = time.perf_counter() - t
+
+    t = time.perf_counter()
+    results.append(demo_grpo(preset, rebuild))
+    results[-1].seconds = time.perf_counter() - t
     return results
+
+
+def demo_grpo(preset: dict, rebuild: bool) -> StepResult:
+    """Phase 04: GRPO from the SFT adapter with the search tool in the rollouts."""
+    from agentrl.io import read_json
+    from agentrl.train.grpo import grpo_config, run_grpo
+
+    cfg = grpo_config(preset)
+    out = Path("runs") / "grpo" / cfg.name
+    if rebuild or not (out / "metrics.json").exists() or not (out / "adapter" / "adapter_config.json").exists():
+        metrics = run_grpo(cfg, preset).metrics
+    else:
+        metrics = read_json(out / "metrics.json")
+    hist = metrics["history"]
+    q = max(1, len(hist) // 4)
+    first, last = (sum(h["reward"] for h in part) / len(part) for part in (hist[:q], hist[-q:]))
+    evals = metrics.get("evals") or [{}]
+    return StepResult("04 grpo", str(out), {
+        "reward first→last quarter": f"{first:.3f}→{last:.3f}", "steps": metrics["steps"],
+        "tool calls/rollout (last step)": round(hist[-1].get("tools/call_frequency", 0.0), 2),
+        "final eval well-formed episodes": evals[-1].get("episodes_with_wellformed_call")})
 
 
 def demo_sft(preset: dict, rebuild: bool) -> StepResult:

@@ -30,6 +30,7 @@ class EvalConfig:
     index: str | None = None  # default: the preset's phase-00 index
     mcp_url: str | None = None  # search through a remote MCP retrieval server instead
     top_k: int = 5
+    search_method: str | None = None  # bm25 | dense | hybrid; default: the index's
     max_searches: int = 4
     passage_chars: int | None = None
     prompt: str | None = None  # default: the env's prompt
@@ -54,7 +55,7 @@ def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
     cfg = from_dict(EvalConfig, (preset or {}).get("eval"), "eval")
     o = {k: v for k, v in overrides.items() if v is not None}
     for key in ("name", "qa", "limit", "offset", "env", "index", "mcp_url", "top_k", "max_searches", "prompt",
-                "policy", "passage_chars"):
+                "policy", "passage_chars", "search_method"):
         if key in o:
             setattr(cfg, key, o[key])
     for key in ("base_url", "model", "api_key", "temperature", "top_p", "max_tokens"):
@@ -95,7 +96,8 @@ def build_task(cfg: EvalConfig, preset: dict | None = None):
             from agentrl.retrieval import Retriever
 
             index = cfg.index or str(corpus_paths(preset or {})[1])
-            backend = LocalSearch(Retriever.load(index))
+            retriever = Retriever.load(index, dense=cfg.search_method != "bm25")
+            backend = LocalSearch(retriever, cfg.search_method)
         return search_task(backend, top_k=cfg.top_k, max_searches=cfg.max_searches, prompt=cfg.prompt or "search",
                            passage_chars=cfg.passage_chars)
     if cfg.env == "sql":

@@ -15,7 +15,8 @@ message, which lets one server play many scripts at once:
 - ``[[slow:SECONDS]]`` sleep before each reply.
 - Judge requests (a system prompt starting with "You grade"): CORRECT when the normalised prediction
   equals a gold answer; ``[[judge:empty]]`` / ``[[judge:garbage]]`` / ``[[judge:empty:N]]`` in the
-  prediction script empty or unparseable replies (the first N times, or always).
+  prediction script empty or unparseable replies (the first N times, or always); ``--judge empty``
+  makes every judge reply empty.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def _clean(text: str) -> str:
 class Script:
     """The reply logic, separate from HTTP so it is easy to read."""
 
-    def __init__(self, mode: str = "agent", latency: float = 0.0, api_key: str | None = None):
-        self.mode, self.latency, self.api_key = mode, latency, api_key
+    def __init__(self, mode: str = "agent", latency: float = 0.0, api_key: str | None = None, judge: str = "normal"):
+        self.mode, self.latency, self.api_key, self.judge = mode, latency, api_key, judge
         self.attempts: dict[str, int] = defaultdict(int)
         self.requests = 0
 
@@ -100,6 +101,8 @@ class Script:
         from agentrl.metrics import normalize_answer
 
         marks = _markers(prompt)
+        if self.judge != "normal":  # the whole server misbehaves as a judge (--judge empty|garbage)
+            marks.setdefault("judge", self.judge)
         if "judge" in marks:
             kind, _, n = marks["judge"].partition(":")
             key = "judge:" + prompt
@@ -165,8 +168,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mode", default="agent")
     ap.add_argument("--latency", type=float, default=0.0, help="seconds added to every reply")
     ap.add_argument("--api-key", help="require this bearer key (401 otherwise)")
+    ap.add_argument("--judge", choices=["normal", "empty", "garbage"], default="normal",
+                    help="how judge requests are answered")
     args = ap.parse_args(argv)
-    app = build_app(Script(args.mode, args.latency, args.api_key))
+    app = build_app(Script(args.mode, args.latency, args.api_key, args.judge))
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
 
 

@@ -33,11 +33,11 @@ def answer_score(prediction: str | None, row: dict, env: Any) -> dict:
 def search_task(backend, *, top_k: int = 5, max_searches: int = 4, prompt: str = "search",
                 passage_chars: int | None = None) -> Task:
     """Return the search/QA task over a LocalSearch or MCPSearch backend."""
-    from agentrl.envs.search import SearchEnv
+    from agentrl.envs.search import search_env_factory
     from agentrl.policies.oracle import search_plan
     from agentrl.prompts import system_prompt
 
-    env = SearchEnv.factory(backend, top_k=top_k, max_searches=max_searches, passage_chars=passage_chars)
+    env = search_env_factory(backend, top_k=top_k, max_searches=max_searches, passage_chars=passage_chars)
     return Task(name="search", make_env=env,
                 system_prompt=system_prompt(prompt, max_searches=max_searches), oracle_plan=search_plan,
                 score=answer_score,

@@ -33,6 +33,10 @@ class TinyConfig:
     num_key_value_heads: int = 2
     head_dim: int = 32
     max_position_embeddings: int = 4096
+    # With the default 0.02 and tied embeddings, logits have a std of ~0.2: the softmax stays uniform whatever
+    # LoRA learns, so greedy decoding works but sampling (GRPO at temperature 1) draws noise. 0.25 gives the
+    # model room to become confident.
+    embedding_std: float = 0.25
     seed: int = 0
 
 
@@ -99,6 +103,7 @@ def build_tiny_model(out_dir: str | Path, cfg: TinyConfig | None = None, data_di
         eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tok.pad_token_id)
     torch.manual_seed(cfg.seed)
     model = AutoModelForCausalLM.from_config(model_cfg, dtype=torch.float32)
+    torch.nn.init.normal_(model.get_input_embeddings().weight, std=cfg.embedding_std)
     model.generation_config.eos_token_id = model_cfg.eos_token_id
     model.generation_config.pad_token_id = model_cfg.pad_token_id
     with staged_dir(out_dir) as stage:

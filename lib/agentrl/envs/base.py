@@ -3,7 +3,8 @@
 An environment is a plain class: ``reset(**row)`` starts an episode, every public method is a tool (typed
 arguments, Google-style docstring), ``get_reward()`` is optional. Tool schemas come from
 ``transformers.utils.get_json_schema`` so evaluation, SFT data and GRPO render identical tool definitions.
-Helpers that must not become tools are private or classmethods (TRL lists plain functions of the class).
+TRL 1.14 lists the bound methods of an instance (classmethods included), so helpers that must not become tools
+are private (leading underscore) or module-level functions; this module applies the same rule.
 """
 
 from __future__ import annotations
@@ -18,8 +19,15 @@ RESERVED = ("reset", "get_reward")
 
 @functools.cache
 def _tool_names(cls: type) -> tuple[str, ...]:
-    return tuple(name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
-                 if name not in RESERVED and not name.startswith("_"))
+    # plain functions and classmethods: what inspect.ismethod finds on an instance, without building one
+    names = []
+    for name in sorted(dir(cls)):
+        if name in RESERVED or name.startswith("_"):
+            continue
+        raw = inspect.getattr_static(cls, name)
+        if inspect.isfunction(raw) or isinstance(raw, classmethod):
+            names.append(name)
+    return tuple(names)
 
 
 @functools.cache

@@ -13,7 +13,7 @@ A call returns readable passages, not JSON::
 Metrics reported for the episode: em, f1, precision, recall, acc of the ``<answer>`` against
 ``golden_answers`` (agentrl.metrics), plus the number of searches.
 
-The same class serves evaluation and TRL's ``GRPOTrainer(environment_factory=SearchEnv.factory(backend))``:
+The same class serves evaluation and TRL's ``GRPOTrainer(environment_factory=search_env_factory(backend))``:
 heavy state (the loaded index) lives in the shared backend, episodes are cheap instances.
 """
 
@@ -83,11 +83,6 @@ class SearchEnv:
         self._max_searches, self._passage_chars = max_searches, passage_chars
         self.reset()
 
-    @classmethod
-    def factory(cls, backend, **kwargs) -> Callable[[], SearchEnv]:
-        """Return a zero-argument constructor for TRL's environment_factory and the batch runner."""
-        return functools.partial(cls, backend, **kwargs)
-
     def reset(self, **row) -> None:
         """Start an episode for a task row; keeps the question and gold answers, zeroes the call count."""
         self.row = row
@@ -107,8 +102,14 @@ class SearchEnv:
         if self._max_searches is not None and self.calls >= self._max_searches:
             return f"Search limit reached ({self._max_searches} searches). Answer now with what you have."
         if self._backend is None:
-            raise RuntimeError("this SearchEnv has no search backend (build it with SearchEnv.factory(backend))")
+            raise RuntimeError("this SearchEnv has no search backend (build it with search_env_factory(backend))")
         self.calls += 1
         self.queries.append(query)
         hits = await self._backend.search(query.strip(), self._top_k)
         return format_passages(hits, self._passage_chars)
+
+
+def search_env_factory(backend, **kwargs) -> Callable[[], SearchEnv]:
+    """Return a zero-argument SearchEnv constructor sharing ``backend``: TRL's ``environment_factory`` and the
+    batch runner both call it once per episode slot. (Not a method: TRL exposes every public method as a tool.)"""
+    return functools.partial(SearchEnv, backend, **kwargs)

@@ -44,7 +44,9 @@ class DenseConfig:
     max_seq_length: int = 256
     query_prefix: str | None = None  # None = the model's known prefix (see _PREFIXES), else ""
     passage_prefix: str | None = None
-    faiss_threads: int = 1  # faiss flat search here runs 2-6x faster with one OpenMP thread
+    # 0 = leave OpenMP alone. faiss and torch share one OpenMP runtime here: setting faiss to 1 thread also
+    # drops torch to 1 thread (query encoding, training), so the thread count is never changed behind your back.
+    faiss_threads: int = 0
     device: str | None = None
 
 
@@ -154,7 +156,8 @@ class DenseIndex:
         """Return an index of ``cfg.index_type`` holding ``vectors`` (n, dim) float32 unit vectors."""
         faiss = _faiss()
 
-        faiss.omp_set_num_threads(max(1, cfg.faiss_threads))
+        if cfg.faiss_threads:
+            faiss.omp_set_num_threads(cfg.faiss_threads)
         n, d = vectors.shape
         if n == 0:
             raise DataError("cannot build a dense index over an empty corpus")
@@ -193,7 +196,8 @@ class DenseIndex:
         path = Path(path)
         if not path.exists():
             raise DataError(f"{path.parent}: index file missing: {path.name}")
-        faiss.omp_set_num_threads(max(1, cfg.faiss_threads))
+        if cfg.faiss_threads:
+            faiss.omp_set_num_threads(cfg.faiss_threads)
         flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap and cfg.index_type == "flat" else 0
         try:
             index = faiss.read_index(str(path), flags)

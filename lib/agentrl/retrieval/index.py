@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -124,6 +125,10 @@ class Retriever:
         self.manifest = manifest
         self._embedder: Embedder | None = None
         self._lock = threading.Lock()
+        # GRPO rolls out the same question many times and evaluation reruns repeat queries: encoding is ~95% of a
+        # hybrid query's time on CPU, so query vectors are kept (bounded, least recently used first out)
+        self._qcache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.query_cache_size = 20_000
 
     @classmethod
     def load(cls, directory: str | Path, *, dense: bool = True, overrides: dict | None = None) -> Retriever:
@@ -208,7 +213,7 @@ class Retriever:
             ids, scores = self.bm25.search(queries, depth)
             lists.append((np.where(scores > 0, ids, -1), scores))  # score 0 = no query term matched: no hit
         if method in ("dense", "hybrid"):
-            lists.append(self.dense.search(self.embedder.encode_queries(queries), depth))
+            lists.append(self.dense.search(self.query_vectors(queries), depth))
         if method == "hybrid":
             fused = fuse_batch([i for i, _ in lists], [s for _, s in lists], self.cfg.fusion, self.cfg.weights,
                                self.cfg.rrf_k)
@@ -216,6 +221,22 @@ class Retriever:
         ids, scores = lists[0]
         return [[(int(i), float(x)) for i, x in zip(row_i, row_s, strict=True) if i >= 0][:top_k]
                 for row_i, row_s in zip(ids, scores, strict=True)]
+
+    def query_vectors(self, queries: list[str]) -> np.ndarray:
+        """Return the query embeddings, encoding only the queries not seen recently (one batch for all misses)."""
+        with self._lock:
+            found = {q: self._qcache[q] for q in queries if q in self._qcache}
+            for q in found:
+                self._qcache.move_to_end(q)
+        missing = list(dict.fromkeys(q for q in queries if q not in found))
+        if missing:
+            vecs = self.embedder.encode_queries(missing)
+            with self._lock:
+                for q, v in zip(missing, vecs, strict=True):
+                    self._qcache[q] = found[q] = v
+                while len(self._qcache) > self.query_cache_size:
+                    self._qcache.popitem(last=False)
+        return np.stack([found[q] for q in queries])
 
     def _hit(self, i: int, score: float) -> Hit:
         p = self.store[i]

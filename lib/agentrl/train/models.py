@@ -42,6 +42,8 @@ class ModelConfig:
     load_in_4bit: bool = False
     dtype: str = "auto"  # auto = bf16 on a GPU that supports it, else fp32
     gradient_checkpointing: bool = False
+    fast_inference: bool = False  # Unsloth only: a colocated vLLM engine for GRPO generation
+    gpu_memory_utilization: float = 0.5  # share of GPU memory that vLLM may take (fast_inference)
     lora: LoraSettings = field(default_factory=LoraSettings)
 
 
@@ -88,24 +90,37 @@ def _dtype(cfg: ModelConfig):
     return torch.float32
 
 
-def load_for_training(cfg: ModelConfig, *, lora: bool = True) -> LoadedModel:
-    """Return the model (LoRA applied when ``lora``) and tokenizer on the chosen backend."""
+def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | None = None) -> LoadedModel:
+    """Return the model and tokenizer on the chosen backend: a fresh LoRA when ``lora``, or the trainable LoRA
+    ``adapter`` (e.g. the SFT one, to continue with GRPO)."""
+    from pathlib import Path
+
+    if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
+        from agentrl.io import DataError
+
+        raise DataError(f"{adapter}: adapter not found (expected adapter_config.json in it)")
     backend, reason = choose_backend(cfg.backend)
     log.info("training backend: %s (%s)", backend, reason)
     if backend == "unsloth":
-        return _load_unsloth(cfg, lora, reason)
-    return _load_transformers(cfg, lora, reason)
+        return _load_unsloth(cfg, lora, reason, adapter)
+    return _load_transformers(cfg, lora, reason, adapter)
 
 
-def _load_unsloth(cfg: ModelConfig, lora: bool, reason: str) -> LoadedModel:
+def _load_unsloth(cfg: ModelConfig, lora: bool, reason: str, adapter: str | None = None) -> LoadedModel:
     os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")  # never let Unsloth apt-get or git clone on its own
     from unsloth import FastLanguageModel  # must be imported before trl/transformers to patch them
 
     checkpointing = "unsloth" if cfg.gradient_checkpointing else False
+    extra = {"fast_inference": True, "gpu_memory_utilization": cfg.gpu_memory_utilization,
+             "max_lora_rank": cfg.lora.r} if cfg.fast_inference else {}
     model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=cfg.name, max_seq_length=cfg.max_seq_length, dtype=None, load_in_4bit=cfg.load_in_4bit,
-        load_in_16bit=not cfg.load_in_4bit, use_gradient_checkpointing=checkpointing)
-    if lora:
+        model_name=str(adapter or cfg.name), max_seq_length=cfg.max_seq_length, dtype=None,
+        load_in_4bit=cfg.load_in_4bit, load_in_16bit=not cfg.load_in_4bit, use_gradient_checkpointing=checkpointing,
+        **extra)
+    if adapter is not None:  # Unsloth loads base + adapter from the adapter directory
+        for name, param in model.named_parameters():
+            param.requires_grad_("lora_" in name)
+    elif lora:
         model = FastLanguageModel.get_peft_model(
             model, r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
             target_modules=cfg.lora.target_modules, use_rslora=cfg.lora.use_rslora, bias="none",
@@ -113,7 +128,7 @@ def _load_unsloth(cfg: ModelConfig, lora: bool, reason: str) -> LoadedModel:
     return LoadedModel(model, tokenizer, "unsloth", reason)
 
 
-def _load_transformers(cfg: ModelConfig, lora: bool, reason: str) -> LoadedModel:
+def _load_transformers(cfg: ModelConfig, lora: bool, reason: str, adapter: str | None = None) -> LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -130,7 +145,11 @@ def _load_transformers(cfg: ModelConfig, lora: bool, reason: str) -> LoadedModel
             log.warning("load_in_4bit needs CUDA and bitsandbytes: loading in %s instead", kwargs["dtype"])
     tokenizer = load_tokenizer(cfg.name)
     model = AutoModelForCausalLM.from_pretrained(cfg.name, **kwargs)
-    if lora:
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
+    elif lora:
         from peft import LoraConfig, get_peft_model
 
         present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}

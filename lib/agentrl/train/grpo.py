@@ -1,0 +1,330 @@
+"""Phase 04: multi-turn GRPO with the environment's tools executed inside the rollouts (TRL environment_factory).
+
+The environment class is the one evaluation uses (SearchEnv, SQLEnv): TRL pools instances, calls
+``reset(**row)`` per rollout and exposes the public methods as tools. Tool results are appended to the
+completion but masked out of the loss (``tool_mask``), so the model never trains on retrieved text
+(Search-R1: training on it hurts stability and accuracy). Rewards are the functions of agentrl.rewards,
+weighted from the config and logged one by one, with TRL's tool-call frequency, completion length and
+share of zero-variance groups. The current policy is evaluated with the agent loop on held-out questions
+every ``eval_every`` steps and at the end. Output, under ``runs/grpo/<name>/``: ``adapter/``,
+``metrics.json`` (log history, evaluations), ``eval/step_<n>/`` trajectories, ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentrl.io import DataError
+from agentrl.judge import JudgeConfig
+from agentrl.train.models import ModelConfig
+
+
+@dataclass
+class GRPOSettings:
+    """The ``[grpo]`` table of a preset."""
+
+    name: str = "grpo"
+    env: str = "search"  # search | sql
+    qa: str | None = None  # default: the eval QA set (search) or the DB Bench sample (sql)
+    train_offset: int = 0
+    train_questions: int | None = None
+    model: ModelConfig = field(default_factory=ModelConfig)
+    adapter: str | None = None  # start from this LoRA adapter (e.g. the SFT one); None = fresh LoRA on the base
+    rewards: dict[str, float] = field(default_factory=lambda: {"answer_f1": 1.0, "format": 0.1})
+    judge: JudgeConfig | None = None
+    num_generations: int = 8
+    max_completion_length: int = 1024  # tool results count against it
+    max_tool_calling_iterations: int = 4
+    temperature: float = 1.0
+    top_p: float = 1.0
+    beta: float = 0.0
+    loss_type: str = "dapo"
+    scale_rewards: str = "group"
+    learning_rate: float = 1e-6
+    lr_scheduler: str = "constant"
+    max_steps: int = 200
+    batch_size: int = 8  # completions per device per step; a multiple of num_generations
+    grad_accum: int = 1
+    top_k: int = 3
+    search_method: str | None = None  # bm25 | dense | hybrid; default: the index's
+    max_searches: int = 4
+    passage_chars: int | None = None
+    eval_every: int = 0  # steps between agent evaluations (0 = only at the end)
+    eval_questions: int = 20
+    eval_offset: int | None = None  # default: the questions after the training ones
+    eval_max_new_tokens: int = 256
+    use_vllm: bool = False  # TRL's vLLM generation (Unsloth: set model.fast_inference instead)
+    vllm_mode: str = "colocate"  # colocate | server (`trl vllm-serve` on other GPUs)
+    vllm_gpu_memory_utilization: float = 0.3
+    vllm_server_host: str = "127.0.0.1"
+    vllm_server_port: int = 8000
+    log_completions: bool = True
+    logging_steps: int = 1
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    seed: int = 42
+
+
+def grpo_config(preset: dict | None = None, **overrides) -> GRPOSettings:
+    """Return the preset's ``[grpo]`` settings with non-None overrides (``model_name``/``backend``/``adapter``)."""
+    from dataclasses import replace
+
+    from agentrl.config import from_dict
+
+    cfg = from_dict(GRPOSettings, (preset or {}).get("grpo"), "grpo")
+    o = {k: v for k, v in overrides.items() if v is not None}
+    if "model_name" in o:
+        cfg.model = replace(cfg.model, name=o.pop("model_name"))
+    if "backend" in o:
+        cfg.model = replace(cfg.model, backend=o.pop("backend"))
+    return replace(cfg, **{k: v for k, v in o.items() if k in GRPOSettings.__dataclass_fields__})
+
+
+def build_task(settings: GRPOSettings, preset: dict):
+    """Return the Task (environment, prompt, scoring) GRPO trains on, sharing the evaluation's builders."""
+    from agentrl.evaluate import build_task as eval_task
+    from agentrl.evaluate import eval_config
+
+    cfg = eval_config(preset, env=settings.env, top_k=settings.top_k, max_searches=settings.max_searches,
+                      passage_chars=settings.passage_chars, search_method=settings.search_method)
+    return eval_task(cfg, preset)
+
+
+def reward_functions(settings: GRPOSettings) -> tuple[list, list[float], object]:
+    """Return ``(functions, weights, judge)`` for the configured rewards (judge None unless configured)."""
+    from agentrl.rewards import REWARDS, make_judge_reward
+
+    funcs, weights, judge = [], [], None
+    for name, weight in settings.rewards.items():
+        if name == "judge":
+            if settings.judge is None:
+                raise DataError("grpo.rewards has 'judge' but no [grpo.judge] table (model, base_url)")
+            from agentrl.judge import LLMJudge
+
+            judge = LLMJudge(settings.judge)
+            funcs.append(make_judge_reward(judge))
+        elif name in REWARDS:
+            funcs.append(REWARDS[name])
+        else:
+            raise DataError(f"grpo.rewards: unknown reward '{name}' (choose from {', '.join([*REWARDS, 'judge'])})")
+        weights.append(float(weight))
+    if not funcs:
+        raise DataError("grpo.rewards is empty")
+    return funcs, weights, judge
+
+
+def training_rows(settings: GRPOSettings, task, preset: dict) -> list[dict]:
+    """Return the GRPO dataset rows: ``prompt`` (system + user messages) plus the columns the env and rewards
+    read (id, question, golden_answers, and the task's extra columns)."""
+    from agentrl.evaluate import eval_config, load_rows
+
+    cfg = eval_config(preset, env=settings.env, qa=settings.qa, offset=settings.train_offset,
+                      limit=settings.train_questions)
+    rows = load_rows(cfg, preset)
+    if not rows:
+        raise DataError("GRPO has no training questions (check grpo.qa / train_offset / train_questions)")
+    out = []
+    for r in rows:
+        prompt = [{"role": "system", "content": task.system_prompt}, {"role": "user", "content": r["question"]}]
+        row = {"prompt": prompt, "id": r["id"], "question": r["question"],
+               "golden_answers": r.get("golden_answers") or []}
+        if settings.env == "sql":  # the SQL env rebuilds its database from the row
+            import json
+
+            row["task"] = json.dumps(r["metadata"])
+        out.append(row)
+    return out
+
+
+def make_trainer(settings: GRPOSettings, loaded, task, rows: list[dict], out: Path, callbacks=()):
+    """Return TRL's GRPOTrainer with the task's environment as ``environment_factory``."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    funcs, weights, _ = reward_functions(settings)
+    use_cpu = not _cuda()
+    if settings.batch_size * settings.grad_accum % settings.num_generations:
+        raise DataError(f"grpo.batch_size x grad_accum ({settings.batch_size * settings.grad_accum}) must be a "
+                        f"multiple of num_generations ({settings.num_generations})")
+    args = GRPOConfig(
+        output_dir=str(out / "trainer"), max_steps=settings.max_steps, learning_rate=settings.learning_rate,
+        lr_scheduler_type=settings.lr_scheduler, per_device_train_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.grad_accum, num_generations=settings.num_generations,
+        max_completion_length=settings.max_completion_length,
+        max_tool_calling_iterations=settings.max_tool_calling_iterations, temperature=settings.temperature,
+        top_p=settings.top_p, beta=settings.beta, loss_type=settings.loss_type, scale_rewards=settings.scale_rewards,
+        reward_weights=weights, log_completions=settings.log_completions, num_completions_to_print=2,
+        logging_steps=settings.logging_steps, report_to=settings.report_to, save_strategy="no", seed=settings.seed,
+        use_cpu=use_cpu, bf16=not use_cpu and _bf16(), gradient_checkpointing=settings.model.gradient_checkpointing,
+        use_vllm=settings.use_vllm, vllm_mode=settings.vllm_mode,
+        vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization, vllm_server_host=settings.vllm_server_host,
+        vllm_server_port=settings.vllm_server_port, disable_tqdm=not _tty(),
+    )
+    return GRPOTrainer(model=loaded.model, processing_class=loaded.tokenizer, reward_funcs=funcs, args=args,
+                       train_dataset=Dataset.from_list(rows), environment_factory=task.make_env,
+                       callbacks=list(callbacks))
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _bf16() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def _tty() -> bool:
+    import sys
+
+    return sys.stderr.isatty()
+
+
+def agent_eval(model, tokenizer, settings: GRPOSettings, task, preset: dict, out: Path, step: int) -> dict:
+    """Run the agent loop with the current policy on the held-out questions; return its headline metrics."""
+    from agentrl.evaluate import eval_config, run_eval
+    from agentrl.policies.local import LocalConfig, LocalPolicy
+
+    offset = settings.eval_offset
+    if offset is None:
+        offset = settings.train_offset + (settings.train_questions or 0)
+    cfg = eval_config(preset, env=settings.env, qa=settings.qa, policy="local", offset=offset,
+                      limit=settings.eval_questions)
+    was_training = model.training
+    model.eval()
+    policy = LocalPolicy(LocalConfig(model=settings.model.name, max_new_tokens=settings.eval_max_new_tokens),
+                         model=model, tokenizer=tokenizer)
+    policy.model = f"grpo:{settings.name}@{step}"
+    try:
+        m = run_eval(cfg, preset, overwrite=True, policy=policy, task=task, out_dir=out / f"step_{step}")
+    finally:
+        if was_training:
+            model.train()
+    keys = ("f1", "em", "acc", "judge", "exec")
+    return {"step": step, "n": m["n"], **{k: m["overall"][k] for k in keys if k in m["overall"]}, **m["tools"]}
+
+
+def eval_callback(settings: GRPOSettings, task, preset: dict, out: Path, results: list):
+    """Return a TrainerCallback that evaluates the policy every ``settings.eval_every`` steps."""
+    from transformers import TrainerCallback
+
+    class AgentEval(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            if settings.eval_every and state.global_step % settings.eval_every == 0 and state.is_world_process_zero:
+                results.append(agent_eval(model, processing_class, settings, task, preset, out / "eval",
+                                          state.global_step))
+
+    return AgentEval()
+
+
+@dataclass
+class GRPOResult:
+    """What a GRPO run produced."""
+
+    metrics: dict
+    model: object
+    tokenizer: object
+    out: Path
+    is_main: bool
+
+
+def summarize(history: list[dict], reward_names: list[str]) -> dict:
+    """Return ``{"history": rows}``: per-step reward, each reward function, tool calls, lengths, zero-std share."""
+    keep = ("reward", "reward_std", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
+            "completions/mean_length", "completions/clipped_ratio", "loss", "kl", "entropy", "step_time")
+    rows = []
+    for h in history:
+        if "reward" not in h:
+            continue
+        row = {"step": h["step"], **{k: h[k] for k in keep if k in h}}
+        for name in reward_names:
+            if f"rewards/{name}/mean" in h:
+                row[f"rewards/{name}"] = h[f"rewards/{name}/mean"]
+        rows.append(row)
+    return {"history": rows}
+
+
+def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | Path = "runs") -> GRPOResult:
+    """Train with GRPO, evaluate along the way and at the end, save the adapter; return a GRPOResult."""
+    from transformers import set_seed
+
+    from agentrl.train.models import load_for_training
+
+    preset = preset or {}
+    out = Path(runs) / "grpo" / settings.name
+    set_seed(settings.seed)
+    loaded = load_for_training(settings.model, adapter=settings.adapter)
+    loaded.tokenizer.padding_side = "left"  # generation pads on the left
+    task = build_task(settings, preset)
+    rows = training_rows(settings, task, preset)
+    evals: list[dict] = []
+    trainer = make_trainer(settings, loaded, task, rows, out, [eval_callback(settings, task, preset, out, evals)])
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    main = trainer.is_world_process_zero()
+    names = trainer.reward_func_names
+    metrics = {"backend": loaded.backend, "backend_reason": loaded.reason, "train_seconds": round(seconds, 1),
+               "steps": trainer.state.global_step, "rewards": dict(settings.rewards), "reward_funcs": names,
+               "train_rows": len(rows), **summarize(trainer.state.log_history, names)}
+    if main:
+        if settings.eval_questions > 0 and not (evals and evals[-1]["step"] == trainer.state.global_step):
+            evals.append(agent_eval(trainer.model, loaded.tokenizer, settings, task, preset, out / "eval",
+                                    trainer.state.global_step))
+        metrics["evals"] = evals
+        trainer.model.save_pretrained(str(out / "adapter"))
+        loaded.tokenizer.save_pretrained(str(out / "adapter"))
+        _write_run(out, settings, metrics)
+    return GRPOResult(metrics, trainer.model, loaded.tokenizer, out, main)
+
+
+def _write_run(out: Path, settings: GRPOSettings, metrics: dict) -> None:
+    from agentrl.config import to_dict
+    from agentrl.io import write_json
+    from agentrl.manifest import write_manifest
+
+    write_json(out / "metrics.json", metrics)
+    write_manifest(out, phase="grpo", config=to_dict(settings),
+                   counts={"steps": metrics["steps"], "train_rows": metrics["train_rows"]},
+                   inputs={"model": settings.model.name, "adapter": settings.adapter},
+                   extra={"backend": metrics["backend"], "backend_reason": metrics["backend_reason"]})
+
+
+def print_grpo_summary(metrics: dict, out: Path) -> None:
+    """Print the reward trajectory and the held-out evaluations of a GRPO run."""
+    steps = metrics.get("history") or []
+    print(f"{out}: {metrics['steps']} steps on "
+          f"{metrics['backend']} ({metrics['backend_reason']}), {metrics['train_seconds']} s; rewards "
+          f"{metrics['rewards']}")
+    if steps:
+        q = max(1, len(steps) // 4)
+        first = sum(s["reward"] for s in steps[:q]) / q
+        last = sum(s["reward"] for s in steps[-q:]) / q
+        print(f"mean reward: first {q} steps {first:.3f} -> last {q} steps {last:.3f}")
+    for e in metrics.get("evals") or []:
+        print(f"eval @ step {e['step']}: f1 {e.get('f1', 0):.3f}, well-formed tool-call episodes "
+              f"{e['episodes_with_wellformed_call']:.2f}, tool calls/episode {e['mean_calls']:.2f}")
+
+
+def reward_chart(metrics: dict):
+    """Return an altair chart of the mean reward (and each reward function) over steps, with agent-eval F1."""
+    import altair as alt
+    import polars as pl
+
+    rows = []
+    for r in metrics.get("history", []):
+        rows += [{"step": r["step"], "series": k, "value": v} for k, v in r.items()
+                 if k == "reward" or k.startswith("rewards/")]
+    rows += [{"step": e["step"], "series": "eval f1", "value": e.get("f1", 0.0)} for e in metrics.get("evals", [])]
+    rows += [{"step": e["step"], "series": "eval well-formed calls", "value": e["episodes_with_wellformed_call"]}
+             for e in metrics.get("evals", [])]
+    return (alt.Chart(pl.DataFrame(rows)).mark_line(point=True)
+            .encode(x="step:Q", y=alt.Y("value:Q", title="reward / score"), color="series:N",
+                    tooltip=["step", "series", "value"])
+            .properties(title="GRPO: rewards and held-out evaluation", width=480, height=260))

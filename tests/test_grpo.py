@@ -1,0 +1,141 @@
+"""Phase 04: multi-turn GRPO with real TRL, real tools in the rollouts, on the SFT'd tiny model, on CPU."""
+
+import asyncio
+import json
+import sys
+
+import pytest
+
+from agentrl.rewards import answer_em, answer_f1, format_reward, make_judge_reward, tool_use
+from agentrl.train.grpo import GRPOSettings, run_grpo
+from agentrl.train.models import ModelConfig
+from conftest import check_preset, free_port, start_process, stop_process
+
+
+def settings(trained, tiny_model, **kw) -> GRPOSettings:
+    base = dict(model=ModelConfig(name=str(tiny_model)), adapter=str(trained.out / "adapter"), num_generations=4,
+                batch_size=8, max_steps=2, learning_rate=3e-4, max_completion_length=256,
+                max_tool_calling_iterations=2, train_questions=60, top_k=2, passage_chars=120, eval_questions=0,
+                report_to=[], log_completions=False, seed=1)
+    return GRPOSettings(**{**base, **kw})
+
+
+def call(query: str) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "search", "arguments": {"query": query}}}]}
+
+
+GOOD = [call("Ed Wood"), {"role": "tool", "name": "search", "content": "Doc 1 (Title: Ed Wood) ..."},
+        {"role": "assistant", "content": "He is American. <answer>Tim Burton</answer>"}]
+NO_TOOL = [{"role": "assistant", "content": "<answer>Tim Burton</answer>"}]
+RAW_CALL = [{"role": "assistant", "content": '<tool_call>{"name": "search", "argu'}]
+TOOL_ERROR = [call(""), {"role": "tool", "name": "search", "content": "{'error': 'query must be a non-empty string'}"},
+              {"role": "assistant", "content": "<answer>Tim</answer>"}]
+
+
+def test_reward_functions_on_hand_made_completions():
+    gold = [["Tim Burton"]] * 4
+    completions = [GOOD, NO_TOOL, RAW_CALL, TOOL_ERROR]
+    assert answer_f1(None, completions, golden_answers=gold) == [1.0, 1.0, 0.0, pytest.approx(2 / 3)]
+    assert answer_em(None, completions, golden_answers=gold) == [1.0, 1.0, 0.0, 0.0]
+    assert format_reward(None, completions) == [1.0, 0.5, 0.0, 0.5]
+    assert tool_use(None, completions) == [1.0, 0.0, 0.0, 0.0]
+    assert answer_f1(None, ["plain <answer>tim burton</answer>"], golden_answers=[["Tim Burton"]]) == [1.0]
+
+
+@pytest.fixture(scope="module")
+def empty_judge_url():
+    port = free_port()
+    proc = start_process([sys.executable, "-m", "agentrl.scripted_endpoint", "--port", str(port), "--judge", "empty"],
+                         port)
+    yield f"http://127.0.0.1:{port}/v1"
+    stop_process(proc)
+
+
+def test_judge_reward_retries_empty_replies_then_falls_back(empty_judge_url, tmp_path):
+    from agentrl.judge import JudgeConfig, LLMJudge
+
+    judge = LLMJudge(JudgeConfig(model="j", base_url=empty_judge_url, api_key="EMPTY", retries=2,
+                                 cache_dir=str(tmp_path)))
+    reward = make_judge_reward(judge)
+    logged = {}
+    scores = asyncio.run(reward([[{"role": "user", "content": "Who directed Ed Wood?"}]] * 3,
+                                [GOOD, NO_TOOL, RAW_CALL], golden_answers=[["Tim Burton"], ["Spielberg"], ["x"]],
+                                log_metric=lambda k, v: logged.__setitem__(k, v)))
+    assert scores == [1.0, 0.0, 0.0]  # exact-match fallback; RAW_CALL has no answer at all
+    assert judge.stats["fallbacks"] == 2 and judge.stats["calls"] == 2 * 3  # 1 try + 2 retries each
+    assert logged["judge/fallback_share"] == pytest.approx(2 / 3)
+
+
+def test_grpo_rollouts_call_real_tools_and_no_tool_output_carries_loss(trained, tiny_model, small_index, tmp_path):
+    from agentrl.train.grpo import build_task, make_trainer, training_rows
+    from agentrl.train.models import load_for_training
+
+    preset = check_preset(small_index)
+    cfg = settings(trained, tiny_model, max_steps=2)
+    loaded = load_for_training(cfg.model, adapter=cfg.adapter)
+    loaded.tokenizer.padding_side = "left"
+    task = build_task(cfg, preset)
+    trainer = make_trainer(cfg, loaded, task, training_rows(cfg, task, preset), tmp_path)
+    batches = []
+    original = trainer._generate_and_score_completions
+
+    def capture(inputs):
+        out = original(inputs)
+        batches.append({k: out[k].detach().clone() for k in ("completion_ids", "completion_mask", "tool_mask")
+                        if k in out})
+        return out
+
+    trainer._generate_and_score_completions = capture
+    trainer.train()
+    tok = loaded.tokenizer
+    assert any(h.get("tools/call_frequency", 0) > 0 for h in trainer.state.log_history)
+    trained_text, masked_text = [], []
+    for b in batches:
+        assert "tool_mask" in b
+        for ids, cmask, tmask in zip(b["completion_ids"], b["completion_mask"], b["tool_mask"], strict=True):
+            trained_text.append(tok.decode([i for i, c, t in zip(ids, cmask, tmask, strict=True) if c and t]))
+            masked_text.append(tok.decode([i for i, c, t in zip(ids, cmask, tmask, strict=True) if c and not t]))
+    assert any("Doc 1 (Title:" in m for m in masked_text), "no rollout received a real search result"
+    for t, m in zip(trained_text, masked_text, strict=True):
+        assert "Doc 1 (Title:" not in t and "<tool_response>" not in t  # retrieved text never carries loss
+        if m:
+            assert "<tool_response>" in m
+    assert any("<tool_call>" in t for t in trained_text)  # the model's own calls do
+
+
+def test_on_a_toy_verifiable_task_the_reward_rises(trained, tiny_model, small_index, tmp_path):
+    """Reward: a successful tool call in the rollout. Seeded; mean of the last quarter vs the first."""
+    result = run_grpo(settings(trained, tiny_model, name="toy", rewards={"tool_use": 1.0}, num_generations=8,
+                               batch_size=16, max_steps=24), check_preset(small_index), runs=tmp_path)
+    rewards = [s["reward"] for s in result.metrics["history"]]
+    q = len(rewards) // 4
+    first, last = sum(rewards[:q]) / q, sum(rewards[-q:]) / q
+    print(f"toy task mean reward: first {q} steps {first:.3f}, last {q} steps {last:.3f}")
+    assert len(rewards) == 24 and last > first
+
+
+def test_run_writes_adapter_and_evaluates_the_current_policy(trained, tiny_model, small_index, tmp_path):
+    result = run_grpo(settings(trained, tiny_model, name="ev", max_steps=2, eval_every=1, eval_questions=3,
+                               rewards={"answer_f1": 1.0, "format": 0.2}), check_preset(small_index), runs=tmp_path)
+    out = tmp_path / "grpo" / "ev"
+    assert (out / "adapter" / "adapter_config.json").exists()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [e["step"] for e in metrics["evals"]] == [1, 2]
+    assert {"rewards/answer_f1", "rewards/format_reward", "tools/call_frequency", "frac_reward_zero_std",
+            "completions/mean_length"} <= set(metrics["history"][0])
+    assert (out / "eval" / "step_2" / "trajectories.jsonl").exists()
+    assert json.loads((out / "manifest.json").read_text())["phase"] == "grpo"
+    assert result.metrics["evals"][-1]["n"] == 3
+
+
+def test_a_judge_that_only_returns_empty_replies_does_not_stop_training(trained, tiny_model, small_index,
+                                                                        empty_judge_url, tmp_path):
+    from agentrl.judge import JudgeConfig
+
+    cfg = settings(trained, tiny_model, name="judge", rewards={"judge": 1.0, "tool_use": 0.1},
+                   judge=JudgeConfig(model="j", base_url=empty_judge_url, api_key="EMPTY", retries=1,
+                                     cache_dir=str(tmp_path / "cache")))
+    result = run_grpo(cfg, check_preset(small_index), runs=tmp_path)
+    assert result.metrics["history"] and all("rewards/judge" in s for s in result.metrics["history"])
+    assert result.metrics["reward_funcs"] == ["judge", "tool_use"]
