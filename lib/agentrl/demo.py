@@ -47,6 +47,10 @@ def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool
     results[-1].seconds = time.perf_counter() - t
 
     t = time.perf_counter()
+    results.append(demo_sql(preset, rebuild))
+    results[-1].seconds = time.perf_counter() - t
+
+    t = time.perf_counter()
     results.append(demo_data(preset))
     results[-1].seconds = time.perf_counter() - t
 
@@ -98,6 +102,21 @@ def demo_sft(preset: dict, rebuild: bool) -> StepResult:
         "well-formed tool-call episodes base→sft": f"{check['base']['episodes_with_wellformed_call']:.2f}→"
                                                     f"{check['sft']['episodes_with_wellformed_call']:.2f}",
         "steps": metrics["steps"], "backend": metrics["backend"]})
+
+
+def demo_sql(preset: dict, rebuild: bool) -> StepResult:
+    """Phase 01 on the second environment: the oracle (gold SQL) on DB Bench dev tasks in the SQLite sandbox."""
+    from agentrl.envs.sql import load_dbbench
+    from agentrl.evaluate import eval_config, run_eval
+
+    n = (preset.get("demo") or {}).get("sql_tasks", 12)
+    cfg = eval_config(preset, name="sql_oracle", env="sql", policy="oracle", qa="data/samples/dbbench_dev.jsonl")
+    tasks = load_dbbench(cfg.qa)
+    rows = tasks[::max(1, len(tasks) // n)][:n]  # a spread of SELECT and INSERT/UPDATE tasks
+    metrics = run_eval(cfg, preset, rows=rows, resume=not rebuild, overwrite=rebuild)
+    return StepResult("01 eval sql", f"runs/eval/{cfg.name}", {
+        "oracle tasks": metrics["n"], "exec (gold SQL)": metrics["overall"]["exec"],
+        "task types": len(metrics.get("by_type", {}))})
 
 
 def demo_data(preset: dict) -> StepResult:

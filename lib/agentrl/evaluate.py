@@ -26,7 +26,7 @@ class EvalConfig:
     qa: str | None = None  # default: the corpus QA file
     limit: int | None = None
     offset: int = 0
-    env: str = "search"  # search | sql
+    env: str = "search"  # search | sql (qa: a DB Bench-format file, default the dev sample, or "synthetic")
     index: str | None = None  # default: the preset's phase-00 index
     mcp_url: str | None = None  # search through a remote MCP retrieval server instead
     top_k: int = 5
@@ -127,9 +127,14 @@ def build_policy(cfg: EvalConfig, task=None):
 def load_rows(cfg: EvalConfig, preset: dict | None = None) -> list[dict]:
     """Return the task rows to run (``offset``/``limit`` applied)."""
     if cfg.env == "sql":
-        from agentrl.envs.sql import load_dbbench
+        if cfg.qa == "synthetic":  # generated tables: what SQL training uses (DB Bench is evaluation only)
+            from agentrl.envs.sql_tasks import synthetic_sql_tasks
 
-        rows = load_dbbench(cfg.qa or "data/samples/dbbench_dev.jsonl")
+            rows = synthetic_sql_tasks()
+        else:
+            from agentrl.envs.sql import load_dbbench
+
+            rows = load_dbbench(cfg.qa or "data/samples/dbbench_dev.jsonl")
     else:
         from agentrl.corpus import load_qa
         from agentrl.pipeline import eval_qa_path
@@ -140,15 +145,18 @@ def load_rows(cfg: EvalConfig, preset: dict | None = None) -> list[dict]:
 
 
 def run_eval(cfg: EvalConfig, preset: dict | None = None, *, runs: str | Path = "runs", resume: bool = False,
-             overwrite: bool = False, policy=None, task=None, out_dir: str | Path | None = None) -> dict:
-    """Run the evaluation into ``runs/eval/<name>/`` (or ``out_dir``) and return its metrics."""
+             overwrite: bool = False, policy=None, task=None, out_dir: str | Path | None = None,
+             rows: list[dict] | None = None) -> dict:
+    """Run the evaluation into ``runs/eval/<name>/`` (or ``out_dir``) and return its metrics.
+
+    ``rows`` replaces the rows the config selects (e.g. a hand-picked subset)."""
     from agentrl.aio import run_sync
     from agentrl.config import to_dict
     from agentrl.runner import arun_batch
 
     task = task or build_task(cfg, preset)
     policy = policy or build_policy(cfg, task)
-    rows = load_rows(cfg, preset)
+    rows = rows if rows is not None else load_rows(cfg, preset)
     judge = None
     if cfg.judge is not None:
         from agentrl.judge import LLMJudge

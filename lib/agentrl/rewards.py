@@ -79,11 +79,25 @@ def tool_use(prompts, completions, completion_ids=None, **kwargs) -> list[float]
     return out
 
 
-def sql_execution(prompts, completions, completion_ids=None, environments=None, **kwargs) -> list[float | None]:
-    """The SQL environment's execution-match score of each episode (None outside the SQL environment)."""
+def _sql_metric(key: str, completions, environments) -> list[float | None]:
+    from agentrl.envs.sql import SQLEnv, sql_score
+
     envs = environments or [None] * len(completions)
-    return [env.execution_score(final_text(c)) if hasattr(env, "execution_score") else None
+    return [sql_score(extract_answer(final_text(c)), None, env)[key] if isinstance(env, SQLEnv) else None
             for c, env in zip(completions, envs, strict=True)]
+
+
+def sql_execution(prompts, completions, completion_ids=None, environments=None, **kwargs) -> list[float | None]:
+    """Execution match of each SQL episode: 1 for the right result set / final table, the configured partial
+    credit (default 0.1, or Jaccard overlap when enabled) when statements ran but the outcome is wrong, 0 when
+    nothing ran; None outside the SQL environment."""
+    return _sql_metric("exec", completions, environments)
+
+
+def sql_answer(prompts, completions, completion_ids=None, environments=None, **kwargs) -> list[float | None]:
+    """1.0 when the SQL episode got it right: the answer values equal the label on normalised values (SELECT) or
+    the final table equals the gold one (INSERT/UPDATE/DELETE); None outside the SQL environment."""
+    return _sql_metric("em", completions, environments)
 
 
 def make_judge_reward(judge):
@@ -111,4 +125,4 @@ def _question(prompt) -> str:
 
 
 REWARDS = {"answer_f1": answer_f1, "answer_em": answer_em, "format": format_reward, "tool_use": tool_use,
-           "sql_execution": sql_execution}
+           "sql_execution": sql_execution, "sql_answer": sql_answer}

@@ -42,3 +42,16 @@ def search_task(backend, *, top_k: int = 5, max_searches: int = 4, prompt: str =
                 system_prompt=system_prompt(prompt, max_searches=max_searches), oracle_plan=search_plan,
                 score=answer_score,
                 config={"top_k": top_k, "max_searches": max_searches, "prompt": prompt, "passage_chars": passage_chars})
+
+
+def sql_task(*, prompt: str = "sql", max_calls: int = 8, partial_credit: float = 0.1, jaccard: bool = False) -> Task:
+    """Return the SQL task over per-episode SQLite databases (agentrl.envs.sql)."""
+    import functools
+
+    from agentrl.envs.sql import SQLEnv, oracle_plan, sql_score
+    from agentrl.prompts import system_prompt
+
+    env = functools.partial(SQLEnv, max_calls=max_calls, partial_credit=partial_credit, jaccard=jaccard)
+    return Task(name="sql", make_env=env, system_prompt=system_prompt(prompt, max_calls=max_calls),
+                oracle_plan=oracle_plan, score=sql_score,
+                config={"prompt": prompt, "max_calls": max_calls, "partial_credit": partial_credit, "jaccard": jaccard})

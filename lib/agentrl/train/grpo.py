@@ -28,7 +28,7 @@ class GRPOSettings:
 
     name: str = "grpo"
     env: str = "search"  # search | sql
-    qa: str | None = None  # default: the eval QA set (search) or the DB Bench sample (sql)
+    qa: str | None = None  # default: the eval QA set (search); for sql use "synthetic" (DB Bench is eval-only)
     train_offset: int = 0
     train_questions: int | None = None
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -1,0 +1,350 @@
+"""SQL environment: one tool, ``execute_sql(query)``, over a per-episode SQLite database in a sandbox.
+
+Sample task (AgentBench DB Bench, evaluation only)::
+
+    {"id": "db_0", "question": "What is the Presentation of Credentials has a Termination of Mission listed as
+     August 15, 2000? The name of this table is ..., and the headers of this table are ...",
+     "golden_answers": ["March 19, 1998"],
+     "metadata": {"kind": "select", "type": ["other"], "table": {"table_name": ..., "table_info": {...}},
+                  "sql": "SELECT ...", "label": ["March 19, 1998"]}}
+
+Metrics of an episode: ``answer_match`` (SELECT: the <answer> values equal the label, AgentBench's rule),
+``state_match`` (INSERT/UPDATE/DELETE: the final table equals what the gold statement makes of a fresh
+copy), ``result_match`` (the last successful SELECT returned exactly the label), ``exec`` (1 for a match,
+``partial_credit`` when statements ran but the outcome is wrong, 0 when nothing ran), and ``em``/``f1``/``acc``
+= the 0/1 match, so phase-02 statistics and curation work unchanged.
+
+Sandbox (a security boundary: the model runs SQL it wrote): an in-memory database per episode; an
+authorizer that allows reading, and writing rows of the task's own table only (no ATTACH, no DDL, no
+load_extension, no PRAGMA but a read-only allow-list, no writes to sqlite_master); a progress-handler time
+limit per statement; SQLite limits on string/blob length, statement length and page count; one statement per
+call; results capped in rows and characters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentrl.io import DataError, iter_jsonl
+
+SELECT_TYPES = {"other", "counting", "comparison", "ranking", "aggregation-SUM", "aggregation-MAX",
+                "aggregation-MIN", "aggregation-AVG"}
+_READ_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list",
+                 "table_list", "database_list", "collation_list", "function_list", "compile_options"}
+_DENY_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"}
+_TYPE_MAP = (("INT", "INTEGER"), ("FLOAT", "REAL"), ("DOUBLE", "REAL"), ("REAL", "REAL"), ("DECIMAL", "REAL"),
+             ("NUMERIC", "REAL"))
+
+
+@dataclass
+class SQLLimits:
+    """Resource limits of the sandbox."""
+
+    time_limit: float = 1.0  # seconds per statement
+    max_rows: int = 20  # rows shown to the model
+    max_cell_chars: int = 80
+    max_output_chars: int = 2000
+    max_length: int = 100_000  # longest string or blob SQLite may build
+    max_sql_length: int = 10_000
+    max_pages: int = 4096  # x 4 KB = 16 MB per episode database
+
+
+def quote(identifier: str) -> str:
+    """Return ``identifier`` quoted for SQLite (double quotes, inner quotes doubled)."""
+    return '"' + str(identifier).replace('"', '""') + '"'
+
+
+_NUMBER = re.compile(r"^\s*-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
+
+
+def column_type(declared: str, values: list | None = None) -> str:
+    """Map a MySQL-ish column type to a SQLite one.
+
+    Dates and years stay TEXT (NUMERIC affinity would mangle '1980-05-01'). A TEXT column whose every value is a
+    number gets NUMERIC affinity: MySQL compares ``text_col < 107.7`` as numbers, SQLite compares TEXT with a
+    number as text, and the DB Bench tables store numbers in TEXT columns.
+    """
+    up = (declared or "").upper()
+    mapped = next((sqlite for key, sqlite in _TYPE_MAP if key in up), "TEXT")
+    present = [v for v in values or [] if v is not None and str(v).strip() != ""]
+    if mapped == "TEXT" and not any(k in up for k in ("DATE", "TIME")) and present \
+            and all(_NUMBER.match(str(v)) for v in present):
+        return "NUMERIC"
+    return mapped
+
+
+def mysql_to_sqlite(sql: str) -> str:
+    """Return ``sql`` with the MySQL spellings SQLite rejects rewritten: backslash-escaped quotes inside string
+    literals become doubled quotes. (Backticks and [brackets] SQLite accepts as identifier quotes.)"""
+    return sql.replace("\\'", "''").replace('\\"', '"')
+
+
+def build_database(table: dict, limits: SQLLimits | None = None) -> sqlite3.Connection:
+    """Return an in-memory database holding the task's table (identifiers quoted, types mapped), unsandboxed."""
+    limits = limits or SQLLimits()
+    info = table.get("table_info") or {}
+    columns = info.get("columns") or []
+    if not table.get("table_name") or not columns:
+        raise DataError("SQL task table needs 'table_name' and 'table_info.columns'")
+    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    name = quote(table["table_name"])
+    data = info.get("rows") or []
+    cols = ", ".join(f"{quote(c['name'])} {column_type(c.get('type', 'TEXT'), [r[i] for r in data if i < len(r)])}"
+                     for i, c in enumerate(columns))
+    conn.execute(f"CREATE TABLE {name} ({cols})")
+    marks = ", ".join("?" for _ in columns)
+    conn.executemany(f"INSERT INTO {name} VALUES ({marks})",
+                     [list(r) + [None] * (len(columns) - len(r)) for r in info.get("rows") or []])
+    conn.execute(f"PRAGMA max_page_count = {limits.max_pages}")
+    return conn
+
+
+def sandbox(conn: sqlite3.Connection, table_name: str, limits: SQLLimits) -> None:
+    """Install the authorizer and limits on ``conn`` (see the module docstring)."""
+    allowed_write = {table_name}
+
+    def authorizer(action, arg1, arg2, dbname, source):
+        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_TRANSACTION,
+                      sqlite3.SQLITE_SAVEPOINT, sqlite3.SQLITE_RECURSIVE):
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_FUNCTION:
+            return sqlite3.SQLITE_DENY if str(arg2).lower() in _DENY_FUNCTIONS else sqlite3.SQLITE_OK
+        if action in (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE):
+            return sqlite3.SQLITE_OK if arg1 in allowed_write and dbname == "main" else sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_PRAGMA:
+            read_only = arg2 is None and str(arg1).lower() in _READ_PRAGMAS
+            return sqlite3.SQLITE_OK if read_only else sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_DENY  # ATTACH/DETACH, CREATE/DROP/ALTER anything, VACUUM, ANALYZE, REINDEX, ...
+
+    conn.set_authorizer(authorizer)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_length)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_sql_length)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_COMPOUND_SELECT, 50)
+
+
+def run_statement(conn: sqlite3.Connection, sql: str, limits: SQLLimits) -> tuple[list[str], list[tuple], bool]:
+    """Execute one statement under the time limit; return ``(columns, rows, truncated)`` (rows capped).
+
+    Raises sqlite3.Error (including the time limit, as "interrupted") or ValueError for bad input.
+    """
+    if not isinstance(sql, str) or not sql.strip():
+        raise ValueError("query must be a non-empty SQL statement")
+    deadline = time.monotonic() + limits.time_limit
+    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 1000)
+    try:
+        cur = conn.execute(sql)
+        rows = cur.fetchmany(limits.max_rows + 1) if cur.description else []
+        columns = [d[0] for d in cur.description or []]
+    finally:
+        conn.set_progress_handler(None, 0)
+    return columns, rows[:limits.max_rows], len(rows) > limits.max_rows
+
+
+def format_result(columns: list[str], rows: list[tuple], truncated: bool, limits: SQLLimits, changes: int) -> str:
+    """Return a compact text table of a result (cells and total size cut, with a note)."""
+    if not columns:
+        return f"OK ({changes} row{'s' if changes != 1 else ''} affected)"
+    if not rows:
+        return "(no rows) columns: " + " | ".join(columns)
+
+    def cell(v) -> str:
+        s = "NULL" if v is None else str(v)
+        return s if len(s) <= limits.max_cell_chars else s[:limits.max_cell_chars] + "…"
+
+    lines = [" | ".join(columns)] + [" | ".join(cell(v) for v in r) for r in rows]
+    text = "\n".join(lines)
+    if len(text) > limits.max_output_chars:
+        text = text[:limits.max_output_chars] + "\n… (output cut)"
+    if truncated:
+        text += f"\n… (more rows: only the first {limits.max_rows} are shown; aggregate or add LIMIT)"
+    return text
+
+
+def normalize_value(v) -> str:
+    """Return a comparable form of a value: lower-case text, numbers canonical (1.0 == 1), NULL/empty as "none"."""
+    if v is None:
+        return "none"
+    s = str(v).strip().strip("'\"").strip()
+    if not s or s.lower() in ("none", "null"):
+        return "none"
+    try:
+        f = float(s.replace(",", "")) if re.fullmatch(r"-?[\d,]*\.?\d+(e-?\d+)?", s, re.I) else None
+    except ValueError:
+        f = None
+    if f is not None:
+        return repr(round(f, 6)).rstrip("0").rstrip(".") if f != int(f) else str(int(f))
+    return " ".join(s.lower().split())
+
+
+def values_match(got: list, label: list) -> bool:
+    """Return True when two value lists are equal as multisets of normalised values ("none" = nothing)."""
+    a = Counter(normalize_value(v) for v in got) - Counter({"none": 10**9})
+    b = Counter(normalize_value(v) for v in label) - Counter({"none": 10**9})
+    return a == b
+
+
+def answer_matches(answer: str | None, label: list) -> bool:
+    """Return True when an ``<answer>`` text gives the label values (split on ", ", or as one joined string)."""
+    if answer is None:
+        return False
+    parts = [p for p in (x.strip() for x in answer.split(", ")) if p] or [""]
+    if values_match(parts, label):
+        return True
+    return normalize_value(answer) == normalize_value(", ".join(str(x) for x in label))
+
+
+def table_state(conn: sqlite3.Connection, table_name: str) -> Counter:
+    """Return the table's rows as a multiset of normalised tuples."""
+    rows = conn.execute(f"SELECT * FROM {quote(table_name)}").fetchall()
+    return Counter(tuple(normalize_value(v) for v in r) for r in rows)
+
+
+class SQLEnv:
+    """A SQLite database per episode with one tool; reset with a task row (see the module docstring)."""
+
+    def __init__(self, limits: SQLLimits | None = None, max_calls: int | None = None, partial_credit: float = 0.1,
+                 jaccard: bool = False):
+        self._limits = limits or SQLLimits()
+        self._max_calls, self._partial, self._jaccard = max_calls, partial_credit, jaccard
+        self._conn: sqlite3.Connection | None = None
+        self.reset()
+
+    def reset(self, **row) -> None:
+        """Start an episode: build the task's database, remember the label and gold statement."""
+        if self._conn is not None:
+            self._conn.close()
+        meta = row.get("metadata") or (json.loads(row["task"]) if isinstance(row.get("task"), str) else row.get("task"))
+        self._meta = meta or {}
+        self.calls = self.errors = self.ok = 0
+        self._last_select: list | None = None
+        self._conn = None
+        table = self._meta.get("table")
+        if table:
+            self._conn = build_database(table, self._limits)
+            sandbox(self._conn, table["table_name"], self._limits)
+
+    def execute_sql(self, query: str) -> str:
+        """Run one SQL statement on the database and return the result as a small text table.
+
+        Args:
+            query: A single SQLite statement. Quote table and column names that contain spaces with double quotes.
+        """
+        if self._conn is None:
+            raise RuntimeError("no database: reset the environment with a SQL task row first")
+        if self._max_calls is not None and self.calls >= self._max_calls:
+            return f"Call limit reached ({self._max_calls} statements). Give your answer now."
+        self.calls += 1
+        try:
+            before = self._conn.total_changes
+            columns, rows, truncated = run_statement(self._conn, query, self._limits)
+        except (sqlite3.Error, ValueError, OverflowError) as exc:
+            self.errors += 1
+            msg = str(exc)
+            if msg == "interrupted":
+                msg = f"statement stopped after the {self._limits.time_limit:g} s time limit"
+            if "not authorized" in msg or "prohibited" in msg:
+                msg += " (only SELECT, and INSERT/UPDATE/DELETE on the task's table, are allowed)"
+            return f"Error: {msg}"
+        self.ok += 1
+        if columns:
+            self._last_select = [v for r in rows for v in r]
+        return format_result(columns, rows, truncated, self._limits, self._conn.total_changes - before)
+
+    def _expected_state(self) -> Counter | None:
+        gold = self._meta.get("sql")
+        if not gold:
+            return None
+        fresh = build_database(self._meta["table"], self._limits)
+        try:
+            fresh.execute(mysql_to_sqlite(gold))
+            return table_state(fresh, self._meta["table"]["table_name"])
+        finally:
+            fresh.close()
+
+    def _score(self, answer: str | None) -> dict[str, float]:
+        label = self._meta.get("label") or []
+        overlap = 0.0
+        if self._meta.get("kind") == "select":
+            match = answer_matches(answer, label)
+            result = self._last_select is not None and values_match(self._last_select, label)
+            state = 0.0
+            if self._jaccard and self._last_select is not None:
+                overlap = _jaccard(Counter(map(normalize_value, self._last_select)),
+                                   Counter(map(normalize_value, label)))
+        else:
+            expected = self._expected_state()
+            final = table_state(self._conn, self._meta["table"]["table_name"]) if self._conn else None
+            state = float(expected is not None and final == expected)
+            match, result = bool(state), False
+            if self._jaccard and expected is not None and final is not None:
+                overlap = _jaccard(final, expected)
+        exec_score = 1.0 if match else (max(self._partial, overlap) if self.ok else 0.0)
+        m = float(match)
+        return {"exec": exec_score, "answer_match": m if self._meta.get("kind") == "select" else 0.0,
+                "state_match": state, "result_match": float(result), "em": m, "f1": m, "acc": m,
+                "precision": m, "recall": m}
+
+
+def _jaccard(a: Counter, b: Counter) -> float:
+    union = sum((a | b).values())
+    return sum((a & b).values()) / union if union else 0.0
+
+
+def sql_score(prediction: str | None, row: dict | None, env) -> dict:
+    """Return the SQL metrics of the episode ``env`` just ran (zeros when it never started); the task's scoring
+    hook and what the SQL rewards read. (A function, not a method: TRL exposes public methods as tools.)"""
+    if env is None:
+        keys = ("exec", "answer_match", "state_match", "result_match", "em", "f1", "acc", "precision", "recall")
+        return dict.fromkeys(keys, 0.0)
+    return env._score(prediction)
+
+
+def dbbench_row(rec: dict, task_id: str, where: str = "") -> dict:
+    """Return one DB Bench record as a task row (question = description + table note, kind select/modify)."""
+    for field in ("description", "label", "table", "type"):
+        if field not in rec:
+            raise DataError(f"{where}: missing field '{field}'")
+    kind = "select" if set(rec["type"]) <= SELECT_TYPES else "modify"
+    gold = (rec.get("sql") or {}).get("query") if kind == "select" else (rec["label"] or [None])[0]
+    question = f"{rec['description'].strip()}\n{rec.get('add_description', '').strip()}".strip()
+    return {"id": task_id, "question": question,
+            "golden_answers": [str(x) for x in rec["label"]] if kind == "select" else ["done"],
+            "metadata": {"kind": kind, "type": rec["type"][0], "types": rec["type"], "table": rec["table"],
+                         "sql": gold, "label": rec["label"] if kind == "select" else [], "source": rec.get("source")}}
+
+
+def load_dbbench(path: str | Path) -> list[dict]:
+    """Return the tasks of a DB Bench-format JSONL file as task rows (ids db_0, db_1, ... by line)."""
+    rows = [dbbench_row(rec, f"db_{lineno - 1}", f"{path}:{lineno}") for lineno, rec in iter_jsonl(path)]
+    if not rows:
+        raise DataError(f"{path}: no tasks")
+    return rows
+
+
+def oracle_plan(row: dict) -> list:
+    """The oracle's turns for a SQL task: run the gold statement (for a SELECT whose gold query does not run in
+    SQLite, look at the table instead), then answer with the label values (SELECT) or "done"."""
+    from agentrl.policies.base import Turn
+
+    meta = row.get("metadata") or {}
+    table = meta["table"]["table_name"]
+    query = mysql_to_sqlite(meta["sql"]) if meta.get("sql") else None
+    if meta.get("kind") == "select" and query:
+        probe = build_database(meta["table"])
+        try:
+            probe.execute(query)
+        except sqlite3.Error:
+            query = None
+        finally:
+            probe.close()
+    query = query or f"SELECT * FROM {quote(table)} LIMIT 5"
+    answer = ", ".join(str(x) for x in meta.get("label") or []) if meta.get("kind") == "select" else "done"
+    call = {"id": "call_0", "name": "execute_sql", "arguments": json.dumps({"query": query})}
+    return [Turn(tool_calls=[call]), Turn(content=f"<answer>{answer}</answer>", finish_reason="stop")]

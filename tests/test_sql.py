@@ -1,0 +1,259 @@
+"""The SQL environment: DB Bench tasks on per-episode SQLite databases in a sandbox, scoring, rewards, GRPO."""
+
+import json
+import os
+
+import pytest
+
+from agentrl.envs.sql import (
+    SQLEnv,
+    SQLLimits,
+    answer_matches,
+    build_database,
+    load_dbbench,
+    mysql_to_sqlite,
+    quote,
+    sql_score,
+)
+from agentrl.rewards import sql_answer, sql_execution
+from conftest import DBBENCH
+
+# SELECT tasks whose gold query (AgentBench's `sql.query`) does not reproduce the label in SQLite. None is a
+# dialect gap left unhandled: the first eight do not run in MySQL either (syntax errors, unknown columns or
+# tables in the dataset's query); the last six run but return something else than the label. AgentBench scores
+# SELECT tasks by the label, and so does SQLEnv.
+GOLD_DOES_NOT_RUN = {"db_0", "db_2", "db_6", "db_8", "db_11", "db_13", "db_18", "db_19"}
+GOLD_DISAGREES_WITH_LABEL = {"db_1", "db_5", "db_10", "db_12", "db_15", "db_17"}
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return load_dbbench(DBBENCH)
+
+
+def test_dev_split_loads_with_select_and_modify_kinds(tasks):
+    kinds = [t["metadata"]["kind"] for t in tasks]
+    assert len(tasks) == 60 and kinds.count("select") == 20 and kinds.count("modify") == 40
+    assert all(t["metadata"]["sql"] for t in tasks if t["metadata"]["kind"] == "modify")
+
+
+def test_every_gold_statement_runs_in_sqlite_and_the_known_gaps_are_exactly_these(tasks):
+    env = SQLEnv()
+    errors, mismatches = set(), set()
+    for t in tasks:
+        env.reset(**t)
+        meta = t["metadata"]
+        out = env.execute_sql(mysql_to_sqlite(meta["sql"]))
+        scores = sql_score(", ".join(map(str, meta["label"])) if meta["kind"] == "select" else "done", t, env)
+        if meta["kind"] == "modify":
+            assert not out.startswith("Error"), (t["id"], out)
+            assert scores["state_match"] == 1.0, t["id"]
+        elif out.startswith("Error"):
+            errors.add(t["id"])
+        elif not scores["result_match"]:
+            mismatches.add(t["id"])
+    assert errors == GOLD_DOES_NOT_RUN
+    assert mismatches == GOLD_DISAGREES_WITH_LABEL
+
+
+def test_the_oracle_scores_one_on_every_dev_task(tasks, tmp_path):
+    from agentrl.policies.oracle import OraclePolicy
+    from agentrl.runner import RunConfig, run_batch
+    from agentrl.tasks import sql_task
+
+    task = sql_task()
+    metrics = run_batch(OraclePolicy(task.oracle_plan), task, tasks, tmp_path, RunConfig(progress=False))
+    assert metrics["n"] == 60 and metrics["errors"] == 0
+    assert metrics["overall"]["exec"] == 1.0 and metrics["overall"]["em"] == 1.0
+    assert set(metrics["by_type"]) == {"INSERT", "UPDATE", "other", "counting", "comparison", "ranking",
+                                       "aggregation-SUM", "aggregation-MAX", "aggregation-MIN", "aggregation-AVG"}
+
+
+def test_mysql_backslash_escapes_become_sqlite_doubled_quotes():
+    assert mysql_to_sqlite("WHERE Title = 'Don\\'t Cry'") == "WHERE Title = 'Don''t Cry'"
+
+
+def test_identifiers_with_spaces_quotes_and_punctuation_are_quoted():
+    table = {"table_name": "weird 'name' \"t\"", "table_info": {
+        "columns": [{"name": "Year(s) won", "type": "TEXT"}, {"name": 'a"b', "type": "INT"},
+                    {"name": "Date listed", "type": "DATE"}],
+        "rows": [["1985, 1993", "3", "1990-01-02"], ["2001", "12", "2001-05-06"]]}}
+    conn = build_database(table)
+    cols = [r[1] for r in conn.execute(f"PRAGMA table_info({quote(table['table_name'])})")]
+    types = [r[2] for r in conn.execute(f"PRAGMA table_info({quote(table['table_name'])})")]
+    assert cols == ["Year(s) won", 'a"b', "Date listed"] and types == ["TEXT", "INTEGER", "TEXT"]
+    won, ab, name = quote("Year(s) won"), quote('a"b'), quote(table["table_name"])
+    got = conn.execute(f"SELECT {won} FROM {name} WHERE {ab} > 5")
+    assert got.fetchall() == [("2001",)]
+
+
+def test_text_columns_holding_numbers_compare_as_numbers_like_mysql():
+    table = {"table_name": "Radio", "table_info": {"columns": [{"name": "MHz", "type": "TEXT"}],
+                                                   "rows": [["99.5"], ["107.3"], ["107.9"]]}}
+    conn = build_database(table)
+    assert conn.execute("SELECT COUNT(*) FROM Radio WHERE MHz < 107.7").fetchone() == (2,)
+
+
+def test_results_are_a_compact_table_with_caps_and_notes(tasks):
+    env = SQLEnv(SQLLimits(max_rows=3, max_cell_chars=10))
+    env.reset(**tasks[20])
+    out = env.execute_sql(f"SELECT * FROM {quote(tasks[20]['metadata']['table']['table_name'])}")
+    lines = out.splitlines()
+    assert lines[0] == "School | Location | Date moved | Currently at this location"
+    assert len(lines) == 5 and "more rows" in lines[-1] and "…" in out
+    assert env.execute_sql("SELECT 1 WHERE 0") == "(no rows) columns: 1"
+    assert env.execute_sql("SELECT nonsense FROM nowhere").startswith("Error: no such table")
+
+
+HOSTILE = [
+    ("drop the task table", "DROP TABLE {t}"),
+    ("rename it", "ALTER TABLE {t} RENAME TO gone"),
+    ("add a column", "ALTER TABLE {t} ADD COLUMN evil TEXT"),
+    ("create a table", "CREATE TABLE evil (x)"),
+    ("create a temp table", "CREATE TEMP TABLE evil (x)"),
+    ("create a view", "CREATE VIEW evil AS SELECT 1"),
+    ("create a trigger", "CREATE TRIGGER evil AFTER INSERT ON {t} BEGIN DELETE FROM {t}; END"),
+    ("create an index", "CREATE INDEX evil ON {t} ({c})"),
+    ("attach a file database", "ATTACH DATABASE '{tmp}/evil.db' AS evil"),
+    ("attach a memory database", "ATTACH DATABASE ':memory:' AS evil"),
+    ("detach main", "DETACH DATABASE main"),
+    ("load an extension", "SELECT load_extension('{tmp}/evil.so')"),
+    ("writable_schema", "PRAGMA writable_schema = ON"),
+    ("lift the page cap", "PRAGMA max_page_count = 1000000000"),
+    ("turn the journal off", "PRAGMA journal_mode = OFF"),
+    ("rewrite the schema", "UPDATE sqlite_master SET sql = 'CREATE TABLE x (y)'"),
+    ("empty the schema", "DELETE FROM sqlite_master"),
+    ("vacuum into a file", "VACUUM INTO '{tmp}/evil.db'"),
+    ("reindex", "REINDEX"),
+    ("analyze", "ANALYZE"),
+    ("two statements at once", "SELECT 1; DROP TABLE {t}"),
+    ("recursive CTE bomb", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c"),
+    ("huge cartesian join", "SELECT COUNT(*) FROM {t} a, {t} b, {t} c, {t} d, {t} e, {t} f"),
+    ("billion-byte blob", "SELECT length(randomblob(1000000000))"),
+    ("billion-byte zeroblob", "SELECT zeroblob(2000000000)"),
+    ("very long string", "SELECT length(printf('%.*c', 500000000, 'x'))"),
+    ("row explosion insert", "INSERT INTO {t} SELECT a.* FROM {t} a, {t} b, {t} c, {t} d"),
+    ("very long statement", "SELECT '" + "x" * 20000 + "'"),
+]
+
+
+@pytest.mark.parametrize("name,template", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_statements_leave_the_sandbox_intact_and_the_env_serving(tasks, tmp_path, name, template):
+    task = tasks[40]  # an UPDATE task: writing rows of its own table is allowed, nothing else is
+    table = task["metadata"]["table"]
+    t, c = quote(table["table_name"]), quote(table["table_info"]["columns"][0]["name"])
+    env = SQLEnv()
+    env.reset(**task)
+    before_rows = env.execute_sql(f"SELECT COUNT(*) FROM {t}")
+    before_schema = env.execute_sql("SELECT type, name, sql FROM sqlite_master")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        out = env.execute_sql(template.format(t=t, c=c, tmp=tmp_path))
+    finally:
+        os.chdir(cwd)
+    assert out.startswith("Error:"), f"{name}: {out[:200]}"
+    if "CTE" in name or "cartesian" in name or "explosion" in name:
+        assert "time limit" in out or "full" in out
+    assert env.execute_sql(f"SELECT COUNT(*) FROM {t}") == before_rows
+    assert env.execute_sql("SELECT type, name, sql FROM sqlite_master") == before_schema
+    assert list(tmp_path.iterdir()) == []  # no file was written anywhere we pointed it
+    assert env.execute_sql(f"SELECT {c} FROM {t} LIMIT 1").count("\n") == 1  # still serving
+
+
+def test_allowed_writes_only_touch_the_task_table(tasks):
+    task = tasks[40]
+    env = SQLEnv()
+    env.reset(**task)
+    t = quote(task["metadata"]["table"]["table_name"])
+    assert env.execute_sql(f"DELETE FROM {t} WHERE 0").startswith("OK (0 rows")
+    assert env.execute_sql("BEGIN").startswith("OK") and env.execute_sql("ROLLBACK").startswith("OK")
+    assert env.execute_sql("PRAGMA table_info(" + t + ")").startswith("cid | name")
+
+
+def test_sql_rewards_and_metrics_on_hand_made_episodes(tasks):
+    select = next(t for t in tasks if t["id"] == "db_4")  # COUNT ... -> label ['1.0']
+    update = tasks[40]
+    t_sel = quote(select["metadata"]["table"]["table_name"])
+
+    def episode(task, statements, answer, **env_kw):
+        env = SQLEnv(**env_kw)
+        env.reset(**task)
+        for s in statements:
+            env.execute_sql(s)
+        return env, [{"role": "assistant", "content": f"<answer>{answer}</answer>"}]
+
+    cases = [
+        (select, [mysql_to_sqlite(select["metadata"]["sql"])], "1", 1.0, 1.0),  # right (1 == 1.0)
+        (select, [f"SELECT COUNT(*) FROM {t_sel}"], "24", 0.1, 0.0),  # ran, wrong answer
+        (select, ["SELECT nothing FROM nowhere"], "1", 1.0, 1.0),  # answer right although the query failed
+        (select, ["SELECT nothing FROM nowhere"], "3", 0.0, 0.0),  # only errors, wrong
+        (select, [], "", 0.0, 0.0),  # did nothing
+        (update, [mysql_to_sqlite(update["metadata"]["sql"])], "done", 1.0, 1.0),  # right final state
+        (update, [f"UPDATE {quote(update['metadata']['table']['table_name'])} SET Wins = '9'"], "done", 0.1, 0.0),
+    ]
+    for task, statements, answer, exec_score, em in cases:
+        env, completion = episode(task, statements, answer)
+        assert sql_execution(None, [completion], environments=[env]) == [exec_score], (statements, answer)
+        assert sql_answer(None, [completion], environments=[env]) == [em]
+    assert sql_execution(None, [[]], environments=[object()]) == [None]  # not a SQL episode
+
+
+def test_jaccard_partial_credit_is_optional(tasks):
+    task = next(t for t in tasks if t["id"] == "db_7")  # label: two scores
+    env = SQLEnv(jaccard=True)
+    env.reset(**task)
+    t = quote(task["metadata"]["table"]["table_name"])
+    env.execute_sql(f"SELECT Score FROM {t} WHERE Score = '1–0' LIMIT 1")
+    completion = [{"role": "assistant", "content": "<answer>1–0</answer>"}]
+    assert sql_execution(None, [completion], environments=[env]) == [0.5]  # {1–0} vs {1–0, 2–0}
+
+
+def test_answers_match_on_normalised_values():
+    assert answer_matches("K255AZ, K228EE", ["K228EE", "K255AZ"])
+    assert answer_matches("1", ["1.0"]) and answer_matches("32502", ["32502.0"])
+    assert answer_matches("1985, 1993", ["1985, 1993"])  # a value with a comma in it
+    assert answer_matches("None", ["none"]) and not answer_matches("Giza", ["Cairo"])
+    assert not answer_matches(None, ["x"])
+
+
+def test_synthetic_training_tasks_are_solved_by_their_gold_sql():
+    from agentrl.envs.sql_tasks import synthetic_sql_tasks
+
+    rows = synthetic_sql_tasks(6, seed=3)
+    assert len(rows) == 36 and all(r["metadata"]["source"] == "synthetic" for r in rows)
+    env = SQLEnv()
+    for r in rows:
+        env.reset(**r)
+        assert not env.execute_sql(r["metadata"]["sql"]).startswith("Error")
+        answer = ", ".join(map(str, r["metadata"]["label"])) if r["metadata"]["kind"] == "select" else "done"
+        assert sql_score(answer, r, env)["exec"] == 1.0
+
+
+def test_cli_eval_on_sql_tasks_with_the_oracle(tmp_path, capsys, monkeypatch):
+    from agentrl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--env", "sql", "--policy", "oracle", "--qa", str(DBBENCH), "--limit", "6", "--name", "s",
+                 "--overwrite"]) == 0
+    out = capsys.readouterr().out
+    assert "6 items, 0 errors" in out and "exec" in out
+    recs = [json.loads(line) for line in (tmp_path / "runs/eval/s/trajectories.jsonl").open()]
+    assert all(r["env"] == "sql" and r["metrics"]["exec"] == 1.0 for r in recs)
+    assert recs[0]["messages"][2]["tool_calls"][0]["function"]["name"] == "execute_sql"
+
+
+def test_grpo_smoke_run_on_synthetic_sql_tasks(trained, tiny_model, small_index, tmp_path):
+    from agentrl.train.grpo import GRPOSettings, run_grpo
+    from agentrl.train.models import ModelConfig
+    from conftest import check_preset
+
+    cfg = GRPOSettings(name="sql", env="sql", qa="synthetic", train_questions=24,
+                       model=ModelConfig(name=str(tiny_model)),
+                       adapter=str(trained.out / "adapter"), rewards={"sql_execution": 1.0, "format": 0.1},
+                       num_generations=4, batch_size=8, max_steps=2, learning_rate=3e-4, max_completion_length=192,
+                       max_tool_calling_iterations=2, eval_questions=2, report_to=[], log_completions=False)
+    result = run_grpo(cfg, check_preset(small_index), runs=tmp_path)
+    assert result.metrics["steps"] == 2 and result.metrics["reward_funcs"] == ["sql_execution", "format_reward"]
+    assert all("rewards/sql_execution" in h for h in result.metrics["history"])
+    assert result.metrics["evals"][-1]["n"] == 2 and "exec" in result.metrics["evals"][-1]
