@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -140,8 +141,20 @@ def trained(tmp_path_factory, sft_data, tiny_model, small_index):
     from agentrl.train.sft import SFTSettings, run_sft
 
     runs = tmp_path_factory.mktemp("sftruns")
-    settings = SFTSettings(name="t", data=str(sft_data), max_steps=300, learning_rate=5e-3, lr_scheduler="constant",
+    settings = SFTSettings(name="t", data=str(sft_data), max_steps=300, learning_rate=2e-3, lr_scheduler="constant",
                            warmup=0.0, batch_size=4, grad_accum=1, max_length=2048, logging_steps=20, report_to=[],
                            check_questions=10, model=ModelConfig(name=str(tiny_model),
                                                                  lora=LoraSettings(r=32, alpha=64, dropout=0.0)))
     return run_sft(settings, check_preset(small_index), runs=runs)
+
+
+def small_preset(text: str) -> str:
+    """The demo preset, shrunk: 30 questions' contexts, a few training steps, small checks."""
+    edits = {r"\[corpus\]\n": "[corpus]\nlimit = 30\n", r"max_steps = 300": "max_steps = 20",
+             r"check_questions = 20": "check_questions = 3", r"max_steps = 30": "max_steps = 2",
+             r"batch_size = 16 .*\n": "batch_size = 8\n", r"num_generations = 8": "num_generations = 4",
+             r"eval_questions = 20": "eval_questions = 2", r"train_questions = 180 .*\n": "train_questions = 30\n"}
+    for pattern, new in edits.items():
+        text, n = re.subn(pattern, new, text, count=1)
+        assert n == 1, pattern
+    return text

@@ -124,7 +124,7 @@ HOSTILE = [
     ("rewrite the schema", "UPDATE sqlite_master SET sql = 'CREATE TABLE x (y)'"),
     ("empty the schema", "DELETE FROM sqlite_master"),
     ("vacuum into a file", "VACUUM INTO '{tmp}/evil.db'"),
-    ("reindex", "REINDEX"),
+    ("write a file", "SELECT writefile('{tmp}/evil.txt', 'x')"),
     ("analyze", "ANALYZE"),
     ("two statements at once", "SELECT 1; DROP TABLE {t}"),
     ("recursive CTE bomb", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c"),
@@ -132,7 +132,8 @@ HOSTILE = [
     ("billion-byte blob", "SELECT length(randomblob(1000000000))"),
     ("billion-byte zeroblob", "SELECT zeroblob(2000000000)"),
     ("very long string", "SELECT length(printf('%.*c', 500000000, 'x'))"),
-    ("row explosion insert", "INSERT INTO {t} SELECT a.* FROM {t} a, {t} b, {t} c, {t} d"),
+    ("replace amplification", "SELECT length(replace(hex(zeroblob(50000)), '0', hex(zeroblob(50000))))"),
+    ("row explosion insert", "INSERT INTO {t} SELECT a.* FROM {t} a, {t} b, {t} c, {t} d, {t} e, {t} f"),
     ("very long statement", "SELECT '" + "x" * 20000 + "'"),
 ]
 

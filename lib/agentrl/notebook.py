@@ -14,13 +14,33 @@ from agentrl.config import REPO_ROOT
 
 
 def cli_args() -> dict:
-    """Return the notebook's command-line arguments (``python nb.py -- --name x``), or {} where there are none."""
+    """Return the notebook's arguments: ``python nb.py -- --name x`` under marimo; in Jupyter (no command line)
+    the ``AGENTRL_NB_ARGS`` environment variable (same ``--key value`` syntax); else {}."""
     try:
         import marimo as mo
 
-        return dict(mo.cli_args())
+        args = dict(mo.cli_args())
     except Exception:  # Jupyter / exported scripts: no marimo context
-        return {}
+        args = {}
+    return args or parse_args(os.environ.get("AGENTRL_NB_ARGS", ""))
+
+
+def parse_args(text: str) -> dict:
+    """Return ``{"key": value}`` from ``--key value`` pairs (numbers converted, dashes in keys become underscores)."""
+    import shlex
+
+    out, tokens = {}, shlex.split(text)
+    for i, tok in enumerate(tokens):
+        if tok.startswith("--"):
+            value = tokens[i + 1] if i + 1 < len(tokens) and not tokens[i + 1].startswith("--") else "true"
+            for cast in (int, float):
+                try:
+                    value = cast(value)
+                    break
+                except ValueError:
+                    continue
+            out[tok[2:].replace("-", "_")] = value
+    return out
 
 
 def interactive() -> bool:
@@ -39,9 +59,11 @@ def should_run(button) -> bool:
 
 
 def use_repo_root() -> Path:
-    """Change into the repository root (where configs/ and data/ live) when it exists; return the cwd."""
-    if (REPO_ROOT / "configs").is_dir() and Path.cwd() != REPO_ROOT:
-        os.chdir(REPO_ROOT)
+    """Change into the working directory (``AGENTRL_WORKDIR``, else the repository root, where configs/ and
+    data/ live) and return it."""
+    target = Path(os.environ.get("AGENTRL_WORKDIR") or REPO_ROOT)
+    if (target / "configs").is_dir() and Path.cwd() != target:
+        os.chdir(target)
     return Path.cwd()
 
 

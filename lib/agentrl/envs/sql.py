@@ -37,7 +37,9 @@ SELECT_TYPES = {"other", "counting", "comparison", "ranking", "aggregation-SUM",
                 "aggregation-MIN", "aggregation-AVG"}
 _READ_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list",
                  "table_list", "database_list", "collation_list", "function_list", "compile_options"}
-_DENY_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"}
+# printf/format: a width such as printf('%.*c', 500000000, 'x') runs for seconds inside one C call, where
+# neither the progress handler nor the length limit stops it
+_DENY_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "printf", "format"}
 _TYPE_MAP = (("INT", "INTEGER"), ("FLOAT", "REAL"), ("DOUBLE", "REAL"), ("REAL", "REAL"), ("DECIMAL", "REAL"),
              ("NUMERIC", "REAL"))
 
@@ -117,9 +119,8 @@ def sandbox(conn: sqlite3.Connection, table_name: str, limits: SQLLimits) -> Non
             return sqlite3.SQLITE_DENY if str(arg2).lower() in _DENY_FUNCTIONS else sqlite3.SQLITE_OK
         if action in (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE):
             return sqlite3.SQLITE_OK if arg1 in allowed_write and dbname == "main" else sqlite3.SQLITE_DENY
-        if action == sqlite3.SQLITE_PRAGMA:
-            read_only = arg2 is None and str(arg1).lower() in _READ_PRAGMAS
-            return sqlite3.SQLITE_OK if read_only else sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_PRAGMA:  # the allow-listed pragmas only read, whatever their argument
+            return sqlite3.SQLITE_OK if str(arg1).lower() in _READ_PRAGMAS else sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_DENY  # ATTACH/DETACH, CREATE/DROP/ALTER anything, VACUUM, ANALYZE, REINDEX, ...
 
     conn.set_authorizer(authorizer)

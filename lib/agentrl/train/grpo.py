@@ -115,12 +115,21 @@ def reward_functions(settings: GRPOSettings) -> tuple[list, list[float], object]
     return funcs, weights, judge
 
 
+def training_source(settings: GRPOSettings) -> str | None:
+    """Return the QA source GRPO trains on: ``settings.qa``; for SQL the synthetic tasks by default. DB Bench
+    files are refused: AgentBench's data is for evaluation, never training."""
+    qa = settings.qa or ("synthetic" if settings.env == "sql" else None)
+    if settings.env == "sql" and qa != "synthetic" and "dbbench" in str(qa).lower():
+        raise DataError(f"grpo.qa = {qa!r}: DB Bench is for evaluation only; train on qa = 'synthetic'")
+    return qa
+
+
 def training_rows(settings: GRPOSettings, task, preset: dict) -> list[dict]:
     """Return the GRPO dataset rows: ``prompt`` (system + user messages) plus the columns the env and rewards
     read (id, question, golden_answers, and the task's extra columns)."""
     from agentrl.evaluate import eval_config, load_rows
 
-    cfg = eval_config(preset, env=settings.env, qa=settings.qa, offset=settings.train_offset,
+    cfg = eval_config(preset, env=settings.env, qa=training_source(settings), offset=settings.train_offset,
                       limit=settings.train_questions)
     rows = load_rows(cfg, preset)
     if not rows:
@@ -194,7 +203,7 @@ def agent_eval(model, tokenizer, settings: GRPOSettings, task, preset: dict, out
     offset = settings.eval_offset
     if offset is None:
         offset = settings.train_offset + (settings.train_questions or 0)
-    cfg = eval_config(preset, env=settings.env, qa=settings.qa, policy="local", offset=offset,
+    cfg = eval_config(preset, env=settings.env, qa=training_source(settings), policy="local", offset=offset,
                       limit=settings.eval_questions)
     was_training = model.training
     model.eval()

@@ -99,6 +99,10 @@ def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | Non
         from agentrl.io import DataError
 
         raise DataError(f"{adapter}: adapter not found (expected adapter_config.json in it)")
+    if Path(cfg.name).name == "tiny" and not Path(cfg.name).exists():  # the offline demo model: built on first use
+        from agentrl.tiny import ensure_tiny_model
+
+        ensure_tiny_model(cfg.name)
     backend, reason = choose_backend(cfg.backend)
     log.info("training backend: %s (%s)", backend, reason)
     if backend == "unsloth":
