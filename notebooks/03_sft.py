@@ -122,10 +122,14 @@ def _():
 
 @app.cell
 def _(loaded, merge_button, out, settings):
-    mo.stop(not (merge_button.value or (settings.merge and not nb.interactive())))
-    merged = sft.merge_adapter(loaded, out / "merged")
-    print(f"merged model written to {merged}")
-    mo.md(f"Merged model: `{merged}`")
+    # an `if`, not mo.stop: in Jupyter (the exported notebook) a stopped cell is an error
+    if merge_button.value or (settings.merge and not nb.interactive()):
+        merged = sft.merge_adapter(loaded, out / "merged")
+        print(f"merged model written to {merged}")
+        _msg = mo.md(f"Merged model: `{merged}`")
+    else:
+        _msg = mo.md("Not merged (`merge = false` in the preset; press the button to merge).")
+    _msg
     return
 
 
