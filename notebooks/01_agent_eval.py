@@ -4,6 +4,7 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium")
 
 with app.setup:
+    from dataclasses import replace
     from pathlib import Path
 
     import marimo as mo
@@ -39,28 +40,44 @@ def _():
     args = nb.cli_args()
     preset = load_preset(nb.arg(args, "config", "demo"))
     defaults = preset.get("eval", {})
+    # the demo keeps its last questions out of the oracle run: they are the SFT check's held-out set
+    default_limit = defaults.get("limit") or (preset.get("demo") or {}).get("train_questions") or 200
     policy = mo.ui.dropdown(["oracle", "endpoint", "local"],
                             value=nb.arg(args, "policy", defaults.get("policy", "oracle")), label="policy")
     base_url = mo.ui.text(value=nb.arg(args, "base_url", ""), label="base URL", placeholder="http://localhost:8000/v1")
     model = mo.ui.text(value=nb.arg(args, "model", ""), label="model", placeholder="Qwen/Qwen3-4B-Instruct-2507")
-    limit = mo.ui.number(start=1, stop=100_000, value=nb.arg(args, "limit", 200), label="questions")
+    temperature = mo.ui.number(start=0.0, stop=2.0, step=0.1, value=nb.arg(args, "temperature", 0.0),
+                               label="temperature")
+    max_tokens = mo.ui.number(start=16, stop=32_768, value=nb.arg(args, "max_tokens", 1024), label="max tokens")
+    extra_body = mo.ui.text(value=nb.arg(args, "extra_body", ""), label="extra_body (JSON)",
+                            placeholder='{"chat_template_kwargs": {"enable_thinking": false}}')
+    limit = mo.ui.number(start=1, stop=100_000, value=nb.arg(args, "limit", default_limit), label="questions")
     name = mo.ui.text(value=nb.arg(args, "name", defaults.get("name", "eval")), label="run name")
     run_button = mo.ui.run_button(label="Run evaluation")
-    mo.vstack([mo.hstack([policy, name, limit]), mo.hstack([base_url, model]), run_button,
+    mo.vstack([mo.hstack([policy, name, limit]), mo.hstack([base_url, model]),
+               mo.hstack([temperature, max_tokens, extra_body]), run_button,
                mo.md("The API key is read from `OPENAI_API_KEY` or `.env`, never from this form.")])
-    return base_url, limit, model, name, policy, preset, run_button
+    return base_url, extra_body, limit, max_tokens, model, name, policy, preset, run_button, temperature
 
 
 @app.cell
-def _(base_url, limit, model, name, policy, preset, run_button):
+def _(base_url, extra_body, limit, max_tokens, model, name, policy, preset, run_button, temperature):
     cfg = eval_config(preset, policy=policy.value, name=name.value, limit=int(limit.value),
-                      base_url=base_url.value or None, model=model.value or None)
+                      base_url=base_url.value or None, model=model.value or None,
+                      temperature=float(temperature.value), max_tokens=int(max_tokens.value),
+                      extra_body=extra_body.value or None)
     out_dir = Path("runs") / "eval" / cfg.name
     mo.stop(nb.interactive() and not ((out_dir / "metrics.json").exists() or run_button.value),
             mo.md("Press **Run evaluation** (results of an earlier run with this name show up here directly)."))
     if run_button.value or not nb.interactive():
-        with mo.status.spinner(f"Running {cfg.policy} on {cfg.limit} questions…"):
-            run_eval(cfg, preset, resume=True)
+        # in chunks, so the table fills in as trajectories arrive (each chunk resumes the run)
+        _step = max(2 * cfg.run.concurrency, 50) if nb.interactive() else cfg.limit
+        for _n in range(_step, cfg.limit + _step, _step):
+            run_eval(replace(cfg, limit=min(_n, cfg.limit)), preset, resume=True)
+            if nb.interactive():
+                _sofar = read_jsonl(out_dir / "trajectories.jsonl")
+                mo.output.replace(mo.vstack([mo.md(f"{len(_sofar)} / {cfg.limit} questions done…"),
+                                             mo.ui.table(trajectories_frame(_sofar), page_size=5)]))
     records = read_jsonl(out_dir / "trajectories.jsonl")
     overall = read_json(out_dir / "metrics.json")["overall"]
     print(f"{cfg.name}: {len(records)} trajectories, {overall}")
@@ -69,8 +86,15 @@ def _(base_url, limit, model, name, policy, preset, run_button):
 
 
 @app.cell
-def _(records):
-    mo.vstack([mo.ui.table(trajectories_frame(records), page_size=10), metric_by_type_chart(records)])
+def _():
+    metric = mo.ui.dropdown(["acc", "f1", "em"], value="acc", label="metric by question type")
+    metric
+    return (metric,)
+
+
+@app.cell
+def _(metric, records):
+    mo.vstack([mo.ui.table(trajectories_frame(records), page_size=10), metric_by_type_chart(records, metric.value)])
     return
 
 

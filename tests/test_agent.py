@@ -7,13 +7,16 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
+import uuid
 
 import pytest
 
 from agentrl.agent import extract_answer, run_episode
 from agentrl.envs.base import call_tool, tool_schemas
 from agentrl.envs.search import LocalSearch, MCPSearch, SearchEnv, search_env_factory
-from agentrl.io import DataError, read_jsonl
+from agentrl.io import DataError, JsonlAppender, read_jsonl
 from agentrl.policies.base import parse_hermes
 from agentrl.policies.endpoint import EndpointConfig, EndpointPolicy
 from agentrl.policies.oracle import OraclePolicy
@@ -72,12 +75,15 @@ def test_tool_calls_written_as_text_are_parsed(endpoint_url, task):
 
 
 @pytest.mark.parametrize("mode,finish", [("no_tags", "no_answer"), ("empty", "no_answer"),
-                                         ("reasoning_only", "no_answer"), ("long", "length")])
+                                         ("reasoning_only", "no_answer"), ("reasoning_field", "no_answer"),
+                                         ("long", "length")])
 def test_replies_without_an_answer_end_the_episode_cleanly(endpoint_url, task, mode, finish):
     traj = episode(endpoint_url, task, f"[[mode:{mode}]] Ed Wood")
     assert traj["finish"] == finish and traj["prediction"] is None and traj["metrics"]["f1"] == 0.0
-    if mode == "reasoning_only":
+    if mode == "reasoning_only":  # sent as reasoning_content
         assert traj["messages"][-1]["reasoning"].startswith("I am still thinking")
+    if mode == "reasoning_field":  # sent as reasoning (vLLM, OpenRouter)
+        assert traj["messages"][-1]["reasoning"].startswith("Thinking (reasoning field) about")
 
 
 def test_exception_inside_a_tool_is_reported_not_raised():
@@ -124,6 +130,33 @@ def test_rate_limit_and_server_error_bursts_are_retried(endpoint_url, task):
     assert traj["finish"] == "answer"
 
 
+def recorded(url, contains):
+    """The request bodies the scripted endpoint received for conversations containing ``contains``."""
+    with urllib.request.urlopen(f"{url}/_requests?{urllib.parse.urlencode({'contains': contains})}") as resp:
+        return json.loads(resp.read())["data"]
+
+
+def test_a_timeout_burst_is_retried_and_the_item_succeeds(endpoint_url, task, tmp_path):
+    tag = uuid.uuid4().hex  # the server counts slow requests per conversation text
+    rows = [row(0, f"[[slow:3:2]] Ed Wood {tag}")]  # the first 2 requests outlast the 0.5 s request timeout
+    metrics = run_batch(policy(endpoint_url, max_retries=3, request_timeout=0.5), task, rows, tmp_path / "run",
+                        RunConfig(progress=False, item_timeout=60))
+    (rec,) = read_jsonl(tmp_path / "run" / "trajectories.jsonl")
+    assert rec["error"] is None and rec["finish"] == "answer" and metrics["errors"] == 0
+    assert len(recorded(endpoint_url, tag)) == 4  # 2 timed out, their retry, then the answer turn
+
+
+def test_a_dropped_connection_is_retried(endpoint_url, task, tmp_path):
+    tag = uuid.uuid4().hex
+    rows = [row(0, f"[[drop:2]] Ed Wood {tag}"), row(1, f"[[drop:99]] Ed Wood {tag}")]
+    run_batch(policy(endpoint_url, max_retries=2), task, rows, tmp_path / "run", RunConfig(progress=False))
+    recs = {r["id"]: r for r in read_jsonl(tmp_path / "run" / "trajectories.jsonl")}
+    assert recs["q0"]["error"] is None and recs["q0"]["finish"] == "answer"
+    assert recs["q1"]["finish"] == "error" and recs["q1"]["error"].startswith("APIConnectionError")
+    assert len(recorded(endpoint_url, f"[[drop:2]] Ed Wood {tag}")) == 4  # 2 dropped, the retry, the answer
+    assert len(recorded(endpoint_url, f"[[drop:99]] Ed Wood {tag}")) == 3  # the first try and 2 retries
+
+
 def test_items_that_keep_failing_or_time_out_are_recorded_and_the_run_goes_on(endpoint_url, task, tmp_path):
     rows = [row(0, "Ed Wood"), row(1, "[[fail:503:50]] always down"), row(2, "[[slow:5]] too slow"),
             row(3, "Doctor Strange")]
@@ -162,6 +195,52 @@ def test_resume_skips_finished_questions_and_retries_errored_ones(endpoint_url, 
     by_id = {r["id"]: r for r in second}
     assert by_id["q2"]["error"] is None
     assert by_id["q0"]["timing"] == first["q0"]["timing"]  # finished items were not run again
+
+
+def test_resume_refuses_a_directory_run_with_other_settings(endpoint_url, task, small_retriever, tmp_path):
+    out, rows = tmp_path / "run", [row(0, "Ed Wood")]
+    run_batch(policy(endpoint_url), task, rows, out, RunConfig(progress=False))
+    before = (out / "trajectories.jsonl").read_text()
+    assert json.loads((out / "manifest.json").read_text())["fingerprint"]["policy"]["model"] == "scripted"
+    other_model = EndpointPolicy(EndpointConfig(base_url=endpoint_url, model="other-model", api_key="EMPTY"))
+    with pytest.raises(DataError, match=r'was run with policy.model "scripted", this run uses policy.model '
+                                        r'"other-model": use another --name or --overwrite'):
+        run_batch(other_model, task, rows, out, RunConfig(progress=False), resume=True)
+    other_task = search_task(LocalSearch(small_retriever), top_k=2, max_searches=3, passage_chars=200)
+    with pytest.raises(DataError, match=r"with task.top_k 3, this run uses task.top_k 2"):
+        run_batch(policy(endpoint_url), other_task, rows, out, RunConfig(progress=False), resume=True)
+    with pytest.raises(DataError, match=r"with max_turns 6, policy.temperature 0.0, this run uses "
+                                        r"max_turns 3, policy.temperature 0.7:"):
+        run_batch(policy(endpoint_url, temperature=0.7), task, rows, out, RunConfig(progress=False, max_turns=3),
+                  resume=True)
+    assert (out / "trajectories.jsonl").read_text() == before  # a refused resume touches nothing
+    # how the run is carried out may change: retries, timeouts, concurrency
+    run_batch(policy(endpoint_url, max_retries=1, request_timeout=30), task, rows + [row(1, "Tim Burton")], out,
+              RunConfig(progress=False, concurrency=2, item_timeout=100), resume=True)
+    assert [r["id"] for r in read_jsonl(out / "trajectories.jsonl")] == ["q0", "q1"]
+    # a directory from before fingerprints (or a manifest without one) resumes as it always did
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["fingerprint"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    run_batch(other_model, task, rows, out, RunConfig(progress=False), resume=True)
+    assert json.loads((out / "manifest.json").read_text())["fingerprint"]["policy"]["model"] == "other-model"
+    run_batch(policy(endpoint_url), task, rows, out, RunConfig(progress=False), overwrite=True)  # always allowed
+
+
+def test_appender_cuts_a_torn_tail_so_the_file_stays_readable(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "c", "messa')
+    with pytest.warns(UserWarning, match="dropping a torn final line"), JsonlAppender(path) as out:
+        out.write({"id": "d"})
+    assert [r["id"] for r in read_jsonl(path)] == ["a", "b", "d"]  # strict reading: nothing torn mid-file
+    path.write_text('{"id": "x", "tor')  # a file that is nothing but a fragment
+    with pytest.warns(UserWarning), JsonlAppender(path) as out:
+        out.write({"id": "y"})
+    assert [r["id"] for r in read_jsonl(path)] == ["y"]
+    path.write_text('{"id": "a"}\n{"id": "b"}')  # a complete last record without its newline is kept
+    with JsonlAppender(path) as out:
+        out.write({"id": "c"})
+    assert [r["id"] for r in read_jsonl(path)] == ["a", "b", "c"]
 
 
 def test_sigkill_mid_run_then_resume_keeps_every_id_exactly_once(endpoint_url, small_index, tmp_path):
@@ -280,14 +359,37 @@ def test_eval_with_a_judge_adds_the_verdict_to_metrics(endpoint_url, small_index
 
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps(row(0, "[[mode:answer:Tim Burton]] Who directed Ed Wood?", ["Tim Burton"])) + "\n"
-                  + json.dumps(row(1, "[[mode:answer:Spielberg]] Who directed Ed Wood?", ["Tim Burton"])) + "\n")
+                  + json.dumps(row(1, "[[mode:answer:Spielberg]] Who directed Ed Wood?", ["Tim Burton"])) + "\n"
+                  + json.dumps(row(2, "[[mode:answer:Tim Burton]] [[judge:garbage]] Who directed it?",
+                                   ["Tim Burton"])) + "\n")
     cfg = EvalConfig(name="j", qa=str(qa), index=str(small_index), policy="endpoint",
                      endpoint=EndpointConfig(base_url=endpoint_url, model="scripted", api_key="EMPTY"),
                      judge=JudgeConfig(model="scripted-judge", base_url=endpoint_url, api_key="EMPTY",
-                                       cache_dir=str(tmp_path / "cache")),
+                                       cache_dir=str(tmp_path / "cache"), retries=1),
                      run=RunConfig(progress=False))
-    metrics = run_eval(cfg, runs=tmp_path / "runs")
+    with pytest.warns(UserWarning, match="1 of 3 judge verdicts are fallbacks"):
+        metrics = run_eval(cfg, runs=tmp_path / "runs")
     recs = {r["id"]: r for r in read_jsonl(tmp_path / "runs" / "eval" / "j" / "trajectories.jsonl")}
     assert recs["q0"]["metrics"]["judge"] == 1.0 and recs["q1"]["metrics"]["judge"] == 0.0
-    assert recs["q0"]["judge"]["status"] == "ok"
-    assert metrics["overall"]["judge"] == 0.5
+    assert recs["q0"]["judge"]["status"] == "ok" and recs["q2"]["judge"]["status"] == "fallback"
+    assert recs["q2"]["metrics"]["judge"] == 1.0  # the fallback: exact match
+    assert metrics["judge_status"] == {"ok": 2, "fallback": 1}
+    assert json.loads((tmp_path / "runs" / "eval" / "j" / "metrics.json").read_text())["judge_status"] == {
+        "ok": 2, "fallback": 1}
+
+
+def test_a_judge_with_a_wrong_model_stops_the_eval(endpoint_url, small_index, tmp_path):
+    from agentrl.evaluate import EvalConfig, run_eval
+    from agentrl.judge import JudgeConfig
+
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text(json.dumps(row(0, "[[mode:answer:Tim Burton]] Who directed Ed Wood?", ["Tim Burton"])) + "\n")
+    cfg = EvalConfig(name="j", qa=str(qa), index=str(small_index), policy="endpoint",
+                     endpoint=EndpointConfig(base_url=endpoint_url, model="scripted", api_key="EMPTY"),
+                     judge=JudgeConfig(model="missing-judge", base_url=endpoint_url, api_key="EMPTY",
+                                       cache_dir=str(tmp_path / "cache")),
+                     run=RunConfig(progress=False))
+    with pytest.raises(DataError, match="refused the run: judge model 'missing-judge'.*NotFoundError"):
+        run_eval(cfg, runs=tmp_path / "runs")
+    # nothing was recorded as judged: a rerun with the right model can --resume
+    assert read_jsonl(tmp_path / "runs" / "eval" / "j" / "trajectories.jsonl") == []

@@ -1,6 +1,7 @@
 """Phase 04: multi-turn GRPO with real TRL, real tools in the rollouts, on the SFT'd tiny model, on CPU."""
 
 import asyncio
+import importlib.util
 import json
 import sys
 
@@ -9,7 +10,7 @@ import pytest
 from agentrl.rewards import answer_em, answer_f1, format_reward, make_judge_reward, tool_use
 from agentrl.train.grpo import GRPOSettings, run_grpo
 from agentrl.train.models import ModelConfig
-from conftest import check_preset, free_port, start_process, stop_process
+from conftest import HOTPOT, check_preset, free_port, start_process, stop_process
 
 
 def settings(trained, tiny_model, **kw) -> GRPOSettings:
@@ -139,3 +140,32 @@ def test_a_judge_that_only_returns_empty_replies_does_not_stop_training(trained,
     result = run_grpo(cfg, check_preset(small_index), runs=tmp_path)
     assert result.metrics["history"] and all("rewards/judge" in s for s in result.metrics["history"])
     assert result.metrics["reward_funcs"] == ["judge", "tool_use"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("unsloth") is None, reason="unsloth is not installed (GPU path only)")
+@pytest.mark.parametrize("from_adapter", [False, True], ids=["fresh-lora", "from-sft-adapter"])
+def test_unsloth_backend_runs_grpo_steps_with_tools_on_its_cpu_path(trained, tiny_model, small_index, tmp_path,
+                                                                    from_adapter):
+    """Unsloth's loader and LoRA (or the SFT adapter loaded through Unsloth) under GRPO with the search tool.
+
+    A subprocess: importing unsloth patches trl and transformers for the whole process."""
+    import os
+    import subprocess
+
+    adapter = f'adapter = "{trained.out / "adapter"}"\n' if from_adapter else ""
+    preset = tmp_path / "u.toml"
+    preset.write_text(f'[grpo]\nname = "u"\n{adapter}num_generations = 4\nbatch_size = 4\nmax_steps = 2\n'
+                      f'max_completion_length = 128\nmax_tool_calling_iterations = 2\ntrain_questions = 20\n'
+                      f'top_k = 2\npassage_chars = 120\neval_questions = 2\nreport_to = []\nlog_completions = false\n'
+                      f'[grpo.rewards]\nanswer_f1 = 1.0\ntool_use = 0.5\n'
+                      f'[grpo.model]\nname = "{tiny_model}"\nbackend = "unsloth"\n'
+                      f'[eval]\nindex = "{small_index}"\nqa = "{HOTPOT}"\n[eval.run]\nmax_turns = 3\n')
+    env = {**os.environ, "UNSLOTH_FORCE_CPU": "1", "UNSLOTH_AUTO_INSTALL": "0"}
+    proc = subprocess.run([sys.executable, "-m", "agentrl.cli", "grpo", "--config", str(preset)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "runs" / "grpo" / "u"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["backend"] == "unsloth" and metrics["steps"] == 2
+    assert metrics["history"][-1]["tools/call_frequency"] >= 0 and metrics["evals"][-1]["n"] == 2
+    assert (out / "adapter" / "adapter_config.json").exists()

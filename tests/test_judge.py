@@ -1,10 +1,14 @@
 """The LLM judge against a real scripted endpoint process: verdicts, retries, fallback and cache."""
 
 import asyncio
+import json
+import urllib.parse
+import urllib.request
 
 import pytest
 
 from agentrl.judge import JudgeConfig, LLMJudge, parse_verdict
+from agentrl.policies.endpoint import FatalEndpointError
 
 
 def judge(url, tmp_path, **kw):
@@ -12,8 +16,14 @@ def judge(url, tmp_path, **kw):
                                 cache_dir=str(tmp_path / "cache"), **kw))
 
 
-@pytest.mark.parametrize("text,verdict", [("CORRECT", True), ("incorrect.", False), (" Correct\n", True),
-                                          ("", None), ("maybe", None), ("CORRECT or INCORRECT", None)])
+@pytest.mark.parametrize("text,verdict", [
+    ("CORRECT", True), ("incorrect.", False), (" Correct\n", True), ("**INCORRECT**", False), ("`correct`", True),
+    ("Verdict: CORRECT", True), ("**Answer:** incorrect!", False), ("Final verdict: *CORRECT*", True),
+    ("The prediction names the same person.\n\nCORRECT", True), ("<think>same city</think>\nINCORRECT", False),
+    ("", None), ("  \n", None), ("maybe", None), ("CORRECT or INCORRECT", None),
+    ("The predicted answer is not CORRECT.", None), ("It is CORRECT", None), ("INCORRECT, because", None),
+    ("CORRECT\nbut the date is wrong", None), ("Verdict: not correct", None),
+])
 def test_verdicts_are_parsed_strictly(text, verdict):
     assert parse_verdict(text) is verdict
 
@@ -61,3 +71,36 @@ def test_judge_many_keeps_order(endpoint_url, tmp_path):
     j = judge(endpoint_url, tmp_path, concurrency=4)
     items = [(f"Q{i}?", ["yes"], "yes" if i % 2 else "no") for i in range(10)]
     assert [r["correct"] for r in asyncio.run(j.judge_many(items))] == [bool(i % 2) for i in range(10)]
+
+
+def test_a_sentence_containing_a_verdict_word_is_retried_not_believed(endpoint_url, tmp_path):
+    j = judge(endpoint_url, tmp_path, retries=1)
+    r = asyncio.run(j.judge("Q6?", ["Rome"], "[[judge:hedge]] Paris"))  # every reply: "... is not CORRECT."
+    assert (r["correct"], r["status"], r["attempts"]) == (False, "fallback", 2) and "not CORRECT" in r["raw"]
+
+
+@pytest.mark.parametrize("model,prediction,error", [("missing-judge", "Paris", "NotFoundError"),
+                                                    ("scripted-judge", "[[fail:401:1]] Paris", "AuthenticationError"),
+                                                    ("scripted-judge", "[[fail:403:1]] Paris", "PermissionDenied")])
+def test_a_judge_endpoint_refusing_the_request_stops_instead_of_falling_back(endpoint_url, tmp_path, model,
+                                                                             prediction, error):
+    j = LLMJudge(JudgeConfig(model=model, base_url=endpoint_url, api_key="EMPTY", cache_dir=str(tmp_path)))
+    with pytest.raises(FatalEndpointError, match=f"judge model '{model}'.*{error}"):
+        asyncio.run(j.judge(f"Q7 {error}?", ["Paris"], prediction))
+    assert j.stats["fallbacks"] == 0
+
+
+def test_a_rejected_request_falls_back_at_once(endpoint_url, tmp_path):
+    j = judge(endpoint_url, tmp_path, retries=3)
+    r = asyncio.run(j.judge("Q8?", ["Paris"], "[[fail:400:9]] Paris"))
+    assert (r["status"], r["attempts"]) == ("fallback", 1) and r["raw"].startswith("BadRequestError")
+    assert j.stats["fallbacks"] == 1
+
+
+def test_judge_extra_body_reaches_the_server(endpoint_url, tmp_path):
+    j = judge(endpoint_url, tmp_path, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert asyncio.run(j.judge("Q9 extra body?", ["Oslo"], "Oslo"))["correct"] is True
+    query = urllib.parse.urlencode({"contains": "Q9 extra body?"})
+    with urllib.request.urlopen(f"{endpoint_url}/_requests?{query}", timeout=10) as resp:
+        (body,) = json.loads(resp.read())["data"]
+    assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["model"] == "scripted-judge"

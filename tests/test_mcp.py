@@ -111,3 +111,25 @@ def test_in_process_server_reports_tool_errors_and_keeps_serving(small_retriever
             assert not ok.is_error
 
     asyncio.run(main())
+
+
+def test_remote_search_backend_shares_one_session_across_concurrent_episodes(mcp_url, small_retriever):
+    from agentrl.envs.search import LocalSearch, MCPSearch, SearchEnv
+
+    backend = MCPSearch(mcp_url)
+    queries = ["Tyler Bates composer", "Ed Wood film", "Scott Derrickson", "Doctor Strange"] * 10
+
+    async def main():
+        envs = [SearchEnv(backend, top_k=2) for _ in queries]
+        remote = await asyncio.gather(*(e.search(q) for e, q in zip(envs, queries, strict=True)))
+        sessions = len(backend._sessions)
+        await backend.aclose()
+        after_close = await SearchEnv(backend, top_k=2).search("Ed Wood film")  # reconnects
+        await backend.aclose()
+        return remote, sessions, after_close
+
+    remote, sessions, after_close = asyncio.run(main())
+    local = LocalSearch(small_retriever)
+    expected = [asyncio.run(SearchEnv(local, top_k=2).search(q)) for q in queries[:4]]
+    assert sessions == 1
+    assert remote == expected * 10 and after_close == expected[1]

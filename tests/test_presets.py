@@ -16,6 +16,7 @@ def test_preset_builds_every_phase_config(name):
     from agentrl.curate import data_config
     from agentrl.evaluate import eval_config
     from agentrl.pipeline import corpus_configs
+    from agentrl.train.grpo import grpo_config, reward_functions
     from agentrl.train.sft import sft_config
 
     preset = load_preset(name)
@@ -24,6 +25,11 @@ def test_preset_builds_every_phase_config(name):
     assert eval_config(preset).run.concurrency >= 1
     assert data_config(preset).name
     assert sft_config(preset).model.name
+    grpo = grpo_config(preset)
+    assert "grpo" in preset, "every preset needs a [grpo] table (the defaults train the tiny model)"
+    assert reward_functions(grpo)[0] and grpo.batch_size * grpo.grad_accum % grpo.num_generations == 0
+    if name != "demo":  # GPU presets name hub models and continue from their own SFT adapter
+        assert not grpo.model.name.startswith("runs/") and grpo.adapter == f"runs/sft/{sft_config(preset).name}/adapter"
 
 
 def test_unknown_preset_fields_are_named(tmp_path):

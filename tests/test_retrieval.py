@@ -57,13 +57,29 @@ def test_hybrid_search_is_deterministic(small_retriever):
         assert [(h.id, h.score) for h in small_retriever.search(q, 10)] == first
 
 
-def test_save_load_round_trip_gives_identical_rankings(small_index, tmp_path, hotpot_rows):
+def test_save_load_round_trip_gives_identical_rankings(small_index, tmp_path, hotpot_rows, embedder):
+    from agentrl.retrieval import DenseIndex
+    from agentrl.retrieval.index import passage_text
+
+    loaded = Retriever.load(small_index)
+    texts = [passage_text(p) for p in loaded.store]
+    questions = [r["question"] for r in hotpot_rows[:24]]
+    # in memory, before anything is saved: the same builders the index directory was made with
+    bm25 = BM25Index.build(texts, loaded.cfg.bm25)
+    dense = DenseIndex.build(embedder.encode_passages(texts), loaded.cfg.dense)
+    docs, scores = bm25.search(questions, 10)
+    disk_docs, disk_scores = loaded.bm25.search(questions, 10)
+    assert np.array_equal(docs, disk_docs) and np.allclose(scores, disk_scores)
+    qvecs = embedder.encode_queries(questions)
+    idx, dscores = dense.search(qvecs, 10)
+    disk_idx, disk_dscores = loaded.dense.search(qvecs, 10)
+    assert np.array_equal(idx, disk_idx) and np.allclose(dscores, disk_dscores)
+    # and a copied directory loads to the very same fused rankings
     copy = tmp_path / "copy"
     shutil.copytree(small_index, copy)
-    a, b = Retriever.load(small_index), Retriever.load(copy)
-    questions = [r["question"] for r in hotpot_rows[:24]]
+    b = Retriever.load(copy)
     for method in ("bm25", "dense", "hybrid"):
-        ra = [[(h.id, h.score) for h in hits] for hits in a.search_batch(questions, 10, method)]
+        ra = [[(h.id, h.score) for h in hits] for hits in loaded.search_batch(questions, 10, method)]
         rb = [[(h.id, h.score) for h in hits] for hits in b.search_batch(questions, 10, method)]
         assert ra == rb
 
@@ -130,3 +146,22 @@ def test_evaluation_separates_gold_missing_from_the_corpus(small_retriever, hotp
     for m in report["methods"].values():
         assert m["recall@10_reachable"] >= m["recall@10"]
     assert report["methods"]["hybrid"]["recall@10_reachable"] > 0.7
+
+
+def test_ivfpq_nprobe_and_hnsw_ef_search_can_be_changed_at_load_time(tmp_path):
+    from dataclasses import replace
+
+    from agentrl.retrieval import DenseConfig, DenseIndex
+
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(4000, 32)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ivf = DenseConfig(index_type="ivfpq", nprobe=4)
+    DenseIndex.build(vecs, ivf).save(tmp_path / "ivf.faiss")
+    loaded = DenseIndex.load(tmp_path / "ivf.faiss", replace(ivf, nprobe=9))
+    import faiss
+
+    assert faiss.extract_index_ivf(loaded.index).nprobe == 9
+    hnsw = DenseConfig(index_type="hnsw", ef_search=16)
+    DenseIndex.build(vecs[:500], hnsw).save(tmp_path / "hnsw.faiss")
+    assert DenseIndex.load(tmp_path / "hnsw.faiss", replace(hnsw, ef_search=200)).index.hnsw.efSearch == 200

@@ -62,11 +62,9 @@ def test_save_then_reload_gives_the_same_outputs(trained, tiny_model):
 
 
 def test_only_assistant_tokens_carry_loss_in_a_two_turn_tool_conversation(tiny_model, tmp_path):
-    from trl import SFTConfig, SFTTrainer
-
-    from agentrl.export import load_trl_dataset
     from agentrl.models import load_tokenizer
-    from agentrl.train.models import load_for_training
+    from agentrl.train import sft
+    from agentrl.train.sft import SFTSettings
 
     tools = [{"type": "function", "function": {"name": "search", "description": "Search.", "parameters": {
         "type": "object", "properties": {"query": {"type": "string", "description": "q"}}, "required": ["query"]}}}]
@@ -80,10 +78,13 @@ def test_only_assistant_tokens_carry_loss_in_a_two_turn_tool_conversation(tiny_m
     ]
     path = tmp_path / "train.jsonl"
     path.write_text(json.dumps({"id": "x", "messages": messages, "tools": json.dumps(tools)}) + "\n")
-    loaded = load_for_training(ModelConfig(name=str(tiny_model)))
-    trainer = SFTTrainer(model=loaded.model, processing_class=loaded.tokenizer, train_dataset=load_trl_dataset(path),
-                         args=SFTConfig(output_dir=str(tmp_path / "o"), assistant_only_loss=True, max_steps=1,
-                                        report_to=[], use_cpu=True, bf16=False, gradient_checkpointing=False))
+    # through the project's own trainer setup (assistant_only_loss with the {% generation %} template)
+    settings = SFTSettings(name="mask", data=str(path), max_steps=1, batch_size=1, grad_accum=1, report_to=[],
+                           check_questions=0, model=ModelConfig(name=str(tiny_model)))
+    loaded = sft.load_model(settings)
+    data = sft.load_data(settings, loaded.tokenizer)
+    trainer = sft.make_trainer(settings, loaded, data, tmp_path)
+    assert trainer.args.assistant_only_loss
     batch = trainer.data_collator([trainer.train_dataset[0]])
     ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
     tok = load_tokenizer(tiny_model)

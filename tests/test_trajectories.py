@@ -222,7 +222,8 @@ def test_exported_rows_reproduce_what_the_policy_saw_and_mask_exactly_the_assist
     assert "Doc 1 (Title: T0) text" in unmasked and "<tool_response>" in unmasked
 
 
-def test_seed_runs_with_null_usage_and_reasoning_import_cleanly(tmp_path):
+@pytest.mark.parametrize("layout", ["results.jsonl", "intermediate_data.json"])
+def test_seed_runs_with_null_usage_and_reasoning_import_cleanly(tmp_path, layout):
     from importlib.resources import files
 
     import jsonschema
@@ -235,7 +236,10 @@ def test_seed_runs_with_null_usage_and_reasoning_import_cleanly(tmp_path):
     items = [{"id": "s0", "question": q, "golden_answers": ["Tim Burton"],
               "output": {"pred": "Tim Burton", "metric_score": {"em": 1.0, "f1": 1.0, "acc": 1.0}}},
              {"id": "s1", "question": "Unmatched?", "golden_answers": ["x"], "output": {"pred": ""}}]
-    (seed / "results.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
+    if layout == "results.jsonl":
+        (seed / "results.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
+    else:  # FlashRAG's evaluated items: one JSON list
+        (seed / "intermediate_data.json").write_text(json.dumps(items, indent=1))
     sys_msg, user = {"role": "system", "content": "sys"}, {"role": "user", "content": q}
     call = {"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"query": "Ed Wood"}'}}]}

@@ -49,22 +49,34 @@ def cmd_index(args) -> int:
 
     preset = _preset(args)
     raw = dict(preset.get("index", {}))
+    corpus_dir = Path(args.corpus)
+    chunked_with = _corpus_embedder(corpus_dir)
     if args.embedder:
         raw.setdefault("dense", {})["embedder"] = args.embedder
-    elif "embedder" in preset.get("corpus", {}):
-        raw.setdefault("dense", {}).setdefault("embedder", preset["corpus"]["embedder"])
+    elif chunked_with or "embedder" in preset.get("corpus", {}):
+        # the corpus was chunked with its embedder's tokenizer: index with that one unless told otherwise
+        raw.setdefault("dense", {}).setdefault("embedder", chunked_with or preset["corpus"]["embedder"])
     for key in ("fusion", "method"):
         if getattr(args, key):
             raw[key] = getattr(args, key)
     if args.index_type:
         raw.setdefault("dense", {})["index_type"] = args.index_type
     cfg = from_dict(IndexConfig, raw, "index")
-    corpus_dir = Path(args.corpus)
     out = Path(args.out) if args.out else corpus_dir / "index"
     passages = read_corpus(corpus_dir)
     build_index(passages, out, cfg, progress=not args.quiet)
     print(f"wrote {out}: {len(passages)} passages, embedder {cfg.dense.embedder}, {cfg.dense.index_type} index")
     return 0
+
+
+def _corpus_embedder(corpus_dir: Path) -> str | None:
+    """Return the embedder a corpus run was chunked with (its manifest), or None."""
+    import json
+
+    try:
+        return json.loads((corpus_dir / "manifest.json").read_text())["config"].get("embedder")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def cmd_search(args) -> int:
@@ -85,27 +97,13 @@ def cmd_search(args) -> int:
 
 
 def cmd_retrieval_eval(args) -> int:
-    from agentrl.retrieval_eval import run_retrieval_eval
+    from agentrl.retrieval_eval import print_retrieval_report, run_retrieval_eval
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     report = run_retrieval_eval(args.index, args.qa, out_dir=args.out, methods=methods, limit=args.limit,
                                 chart=not args.no_chart)
     print_retrieval_report(report)
     return 0
-
-
-def print_retrieval_report(report: dict) -> None:
-    """Print the retrieval summary and the per-method table."""
-    import polars as pl
-
-    s = report["summary"]
-    print(f"{s['questions']} questions, {s['gold_titles']} gold passages, {s['gold_absent_from_corpus']} absent "
-          f"from the corpus ({100 * (1 - s['gold_present_share']):.1f}%); "
-          f"{s['questions_all_gold_present']} questions have all their gold in the corpus")
-    with pl.Config(tbl_cols=20, tbl_width_chars=200, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
-        from agentrl.retrieval_eval import results_table
-
-        print(results_table(report))
 
 
 def cmd_serve(args) -> int:

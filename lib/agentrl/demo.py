@@ -25,7 +25,7 @@ def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool
     """Run the phases of the preset in order; return one StepResult per phase."""
     from agentrl.config import load_preset
     from agentrl.pipeline import corpus_and_index, eval_qa_path
-    from agentrl.retrieval_eval import run_retrieval_eval
+    from agentrl.retrieval_eval import print_retrieval_report, run_retrieval_eval
 
     preset = load_preset(preset_name)
     results: list[StepResult] = []
@@ -33,6 +33,7 @@ def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool
     t = time.perf_counter()
     run = corpus_and_index(preset, rebuild=rebuild, progress=progress)
     report = run_retrieval_eval(run.index_dir, eval_qa_path(preset))
+    print_retrieval_report(report)
     hybrid = report["methods"]["hybrid"]
     results.append(StepResult(
         "00 corpus", str(run.corpus_dir),

@@ -88,20 +88,41 @@ class JsonlAppender:
 
     A single write of a whole line is what makes a record atomic: a crash leaves either the full line or,
     at worst on a full disk, a torn final line that readers with ``allow_torn_tail`` skip. If the file ends
-    in a torn line when it is opened, a newline is written first so the next record starts cleanly.
+    in a torn line when it is opened, the file is truncated back to its last complete line (with a warning):
+    terminating the fragment instead would leave an invalid line mid-file, which no reader accepts. A final
+    line that is valid JSON and only lacks its newline is kept and terminated.
     """
 
     def __init__(self, path: str | Path, *, fsync: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # O_RDWR so the torn tail can be read and cut off through the same descriptor
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        self._drop_torn_tail()
+
+    def _drop_torn_tail(self) -> None:
         size = os.fstat(self._fd).st_size
-        if size:
-            with self.path.open("rb") as fh:
-                fh.seek(size - 1)
-                if fh.read(1) != b"\n":
-                    os.write(self._fd, b"\n")
+        if not size or os.pread(self._fd, 1, size - 1) == b"\n":
+            return
+        keep = size
+        while keep > 0:  # scan back in blocks for the last newline
+            start = max(0, keep - 65536)
+            block = os.pread(self._fd, keep - start, start)
+            nl = block.rfind(b"\n")
+            if nl >= 0:
+                keep = start + nl + 1
+                break
+            keep = start
+        try:  # a complete record that merely lacks its newline (a hand-written file) is kept
+            if isinstance(json.loads(os.pread(self._fd, size - keep, keep)), dict):
+                os.write(self._fd, b"\n")
+                return
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            pass
+        warnings.warn(f"{self.path}: dropping a torn final line ({size - keep} bytes) left by an interrupted write",
+                      stacklevel=3)
+        os.ftruncate(self._fd, keep)
 
     def write(self, record: dict) -> None:
         """Append one record as one line."""

@@ -3,8 +3,10 @@
 The judge model must reply with exactly one word, CORRECT or INCORRECT. An empty or unparseable reply is
 retried with a larger token budget (reasoning models spend small budgets on thinking: a seed judge
 returned empty 13% of the time at 200 tokens); after the last retry the verdict falls back to exact match
-(or a fixed value) and is recorded as ``status: "fallback"``. Verdicts are cached on disk, keyed by judge
-model, question, gold answers and prediction, so reruns and GRPO steps do not pay twice.
+(or a fixed value) and is recorded as ``status: "fallback"`` (the runner counts them in metrics.json and
+warns). A judge endpoint that refuses the request (401/403/404) stops the run instead of falling back.
+Verdicts are cached on disk, keyed by judge model, question, gold answers and prediction, so reruns and GRPO
+steps do not pay twice.
 
 Usable as a metric (``agentrl eval --judge-model``) and as a GRPO reward (agentrl.rewards.judge_reward).
 """
@@ -22,7 +24,9 @@ from agentrl.io import JsonlAppender, iter_jsonl
 
 SYSTEM = ("You grade answers to questions. Reply with exactly one word: CORRECT if the predicted answer means "
           "the same as one of the gold answers (ignore case, articles and formatting), otherwise INCORRECT.")
-_VERDICT = re.compile(r"\b(INCORRECT|CORRECT)\b", re.IGNORECASE)
+_EMPHASIS = re.compile(r"[*_`~]")
+_PREFIX = re.compile(r"^(?:final\s+)?(?:verdict|answer)\s*:\s*", re.IGNORECASE)
+_VERDICTS = {"CORRECT": True, "INCORRECT": False}
 
 
 @dataclass
@@ -42,10 +46,26 @@ class JudgeConfig:
     extra_body: dict = field(default_factory=dict)
 
 
+def _bare(text: str) -> str:
+    """The text without markdown emphasis, an optional "verdict:"/"answer:" prefix, punctuation or case."""
+    text = _PREFIX.sub("", _EMPHASIS.sub("", text).strip())
+    return text.strip(" \t.!,;:\"'()[]").upper()
+
+
 def parse_verdict(text: str | None) -> bool | None:
-    """Return True/False for a reply naming exactly one verdict, None for empty or ambiguous replies."""
-    found = {m.upper() for m in _VERDICT.findall(text or "")}
-    return (found == {"CORRECT"}) if len(found) == 1 else None
+    """Return True for CORRECT, False for INCORRECT, None when the reply is not exactly one verdict.
+
+    The whole reply, or else its last non-blank line (a model that reasons first), must be the verdict word
+    alone once markdown emphasis, a "verdict:"/"answer:" prefix and punctuation are stripped: a search for
+    the word would read "the prediction is not CORRECT" as correct.
+    """
+    text = (text or "").strip()
+    if not text:
+        return None
+    verdict = _VERDICTS.get(_bare(text))
+    if verdict is None:
+        verdict = _VERDICTS.get(_bare(text.splitlines()[-1]))
+    return verdict
 
 
 def prompt(question: str, golds: list[str], prediction: str) -> str:
@@ -105,7 +125,16 @@ class LLMJudge:
         return self._cache
 
     async def judge(self, question: str, golds: list[str], prediction: str | None) -> dict:
-        """Return ``{"correct": bool, "status": ok|cached|fallback|no_prediction, "attempts": n, "raw": str}``."""
+        """Return ``{"correct": bool, "status": ok|cached|fallback|no_prediction, "attempts": n, "raw": str}``.
+
+        Raises FatalEndpointError when the judge endpoint refuses the request (401/403/404: a wrong key or
+        model), which no retry or fallback can make right: every verdict of the run would be a fallback.
+        A 400/422 is not retried (the same request fails the same way) and falls back at once.
+        """
+        import openai
+
+        from agentrl.policies.endpoint import FatalEndpointError
+
         if not prediction or not prediction.strip():
             return {"correct": False, "status": "no_prediction", "attempts": 0, "raw": ""}
         cache = self._load_cache()
@@ -125,6 +154,12 @@ class LLMJudge:
                               {"role": "user", "content": prompt(question, golds, prediction)}],
                     **({"extra_body": self.cfg.extra_body} if self.cfg.extra_body else {}))
                 raw = (resp.choices[0].message.content or "") if resp.choices else ""
+            except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
+                raise FatalEndpointError(f"judge model '{self.model}' at {self.base_url}: "
+                                         f"{type(exc).__name__}: {exc}") from None
+            except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
+                raw = f"{type(exc).__name__}: {exc}"
+                break
             except Exception as exc:  # transport errors were already retried by the client
                 raw = f"{type(exc).__name__}: {exc}"
             verdict = parse_verdict(raw)

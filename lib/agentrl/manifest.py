@@ -17,7 +17,12 @@ from typing import Any
 
 from agentrl.io import write_json
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization|bearer)", re.IGNORECASE)
+# Words that make a key a credential wherever they appear (``client_secret``, ``openai_api_key``, ``apikey``).
+_SECRET_WORDS = re.compile(r"api_?key|secret|passw(?:or)?d|authorization|bearer|credential")
+# "token" only as the whole key or its last word (``hf_token``, ``access_token``, ``authToken``): ``max_tokens``,
+# ``prompt_tokens`` and ``tokenizer`` are settings and counts, and ``pad_token``/``eos_token`` name vocabulary.
+_NOT_CREDENTIAL_TOKENS = {"pad", "eos", "bos", "unk", "sep", "cls", "mask", "special", "max", "min", "num", "start",
+                          "end", "stop", "image", "vision", "audio", "video"}
 _PACKAGES = (
     "agentrl", "torch", "transformers", "trl", "peft", "datasets", "accelerate", "unsloth", "vllm",
     "sentence-transformers", "faiss-cpu", "bm25s", "openai", "mcp", "polars", "marimo",
@@ -47,11 +52,23 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
         return None
 
 
+def is_secret_key(key: object) -> bool:
+    """Return True when a config key names a credential (its value is masked in manifests)."""
+    # split camelCase and separators into lower-case words: "hfToken" -> ["hf", "token"], "max-tokens" -> [...]
+    words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key)).lower()
+    words = [w for w in re.split(r"[^a-z0-9]+", words) if w]
+    if not words:
+        return False
+    if _SECRET_WORDS.search("_".join(words)):
+        return True
+    return words[-1] == "token" and (len(words) == 1 or words[-2] not in _NOT_CREDENTIAL_TOKENS)
+
+
 def scrub(obj: Any, secrets: tuple[str, ...] = ()) -> Any:
     """Return a deep copy of ``obj`` with credential-like keys masked and known secret values removed."""
     secrets = tuple(s for s in secrets if s and len(s) >= 4)
     if isinstance(obj, dict):
-        return {k: ("***" if _SECRET_KEY.search(str(k)) and v not in (None, "") else scrub(v, secrets))
+        return {k: ("***" if is_secret_key(k) and v not in (None, "") else scrub(v, secrets))
                 for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [scrub(v, secrets) for v in obj]

@@ -145,3 +145,15 @@ def run_retrieval_eval(index_dir: str | Path, qa: str | Path, *, out_dir: str | 
     if chart:
         recall_chart(report).save(str(out / "retrieval_recall.png"), scale_factor=2)
     return report
+
+
+def print_retrieval_report(report: dict) -> None:
+    """Print the retrieval summary and the per-method table."""
+    import polars as pl
+
+    s = report["summary"]
+    print(f"{s['questions']} questions, {s['gold_titles']} gold passages, {s['gold_absent_from_corpus']} absent "
+          f"from the corpus ({100 * (1 - s['gold_present_share']):.1f}%); "
+          f"{s['questions_all_gold_present']} questions have all their gold in the corpus")
+    with pl.Config(tbl_cols=20, tbl_width_chars=200, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
+        print(results_table(report))

@@ -8,22 +8,30 @@ Output, under ``runs/eval/<name>/``::
 
 An item whose policy keeps failing after its retries, or that exceeds the per-item timeout, is recorded
 with ``error`` and ``finish: "error"``; the run goes on. ``resume=True`` keeps the finished lines, drops
-errored and torn ones, and runs everything else, so every id ends up in the file exactly once.
+errored and torn ones, and runs everything else, so every id ends up in the file exactly once. It refuses
+to resume a directory whose manifest fingerprint (model, sampling, task settings: see :func:`run_fingerprint`)
+differs from this run's, so one file never mixes two configurations.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from agentrl.agent import error_trajectory, run_episode
-from agentrl.io import DataError, JsonlAppender, iter_jsonl, write_json, write_jsonl
+from agentrl.io import DataError, JsonlAppender, iter_jsonl, read_json, write_json, write_jsonl
 from agentrl.manifest import scrub, write_manifest
 from agentrl.metrics import aggregate, tool_call_quality
 
 TRAJECTORIES = "trajectories.jsonl"
+# Policy settings that change how a run is carried out, not what it produces: left out of the fingerprint so a
+# resume may change them (a Colab tunnel URL changes every session; retries and timeouts get tuned mid-run).
+_NOT_IN_FINGERPRINT = {"base_url", "max_retries", "request_timeout", "backoff_base", "backoff_max", "timeout",
+                       "concurrency", "api_key"}
 
 
 @dataclass
@@ -50,6 +58,47 @@ def load_finished(path: Path) -> list[dict]:
     return list(seen.values())
 
 
+def run_fingerprint(policy, task, cfg: RunConfig, secrets: tuple[str, ...] = ()) -> dict:
+    """Return what defines a run's results: the policy's settings (without secrets, endpoint address, timeouts,
+    retries or concurrency), the task name and config, and max_turns, as stored in manifest.json."""
+    pol = {k: v for k, v in policy.describe().items() if k not in _NOT_IN_FINGERPRINT}
+    fp = {"policy": pol, "task": {"name": task.name, **task.config}, "max_turns": cfg.max_turns}
+    # through JSON, so it compares equal to the copy read back from a manifest (tuples become lists, ...)
+    return json.loads(json.dumps(scrub(fp, secrets), default=str))
+
+
+def _flatten(obj, prefix: str = "") -> dict:
+    if isinstance(obj, dict) and obj:
+        out = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: obj}
+
+
+def check_resumable(out_dir: Path, fingerprint: dict) -> None:
+    """Raise DataError naming the differing settings when ``out_dir``'s manifest was written by a run with
+    another fingerprint; return None when they agree or when there is no fingerprint to compare (an older or
+    interrupted run directory resumes as before)."""
+    manifest = out_dir / "manifest.json"
+    if not manifest.exists():
+        return
+    old = read_json(manifest).get("fingerprint")
+    if old is None:
+        return
+    before, after = _flatten(old), _flatten(fingerprint)
+    missing = object()
+    diff = sorted(k for k in before.keys() | after.keys() if before.get(k, missing) != after.get(k, missing))
+    if not diff:
+        return
+
+    def show(values: dict) -> str:
+        return ", ".join(f"{k} {json.dumps(values[k]) if k in values else '(not set)'}" for k in diff)
+
+    raise DataError(f"{out_dir} was run with {show(before)}, this run uses {show(after)}: "
+                    "use another --name or --overwrite")
+
+
 def run_batch(policy, task, rows: list[dict], out_dir: str | Path, cfg: RunConfig | None = None, *,
               resume: bool = False, overwrite: bool = False, manifest_config: dict | None = None,
               inputs: dict | None = None) -> dict:
@@ -74,18 +123,22 @@ async def arun_batch(policy, task, rows: list[dict], out_dir: str | Path, cfg: R
         raise DataError(f"duplicate id '{dup}' in the question set")
     if path.exists() and not (resume or overwrite):
         raise DataError(f"{path} exists: pass --resume to continue it or --overwrite to start again")
+    secrets = tuple(getattr(policy, "secrets", ())) + tuple(extra_secrets)
+    fingerprint = run_fingerprint(policy, task, cfg, secrets)
+    if resume and not overwrite:
+        check_resumable(out_dir, fingerprint)  # before anything in the directory is touched
     wanted = set(ids)
     done = [r for r in load_finished(path) if r["id"] in wanted] if resume else []
     out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(path, done)  # atomic rewrite: finished lines only, so retried ids are not duplicated
     done_ids = {r["id"] for r in done}
     todo = [r for r in rows if r["id"] not in done_ids]
-    secrets = tuple(getattr(policy, "secrets", ())) + tuple(extra_secrets)
     config = {"policy": policy.describe(), "task": {"name": task.name, **task.config},
               "run": {"concurrency": cfg.concurrency, "max_turns": cfg.max_turns, "item_timeout": cfg.item_timeout},
               **(manifest_config or {})}
     counts = {"questions": len(rows), "resumed": len(done), "to_run": len(todo)}
-    write_manifest(out_dir, phase="eval", config=config, counts=counts, inputs=inputs, secrets=secrets)
+    write_manifest(out_dir, phase="eval", config=config, counts=counts, inputs=inputs, secrets=secrets,
+                   extra={"fingerprint": fingerprint})
 
     progress = _Progress(len(rows), len(done), sum(r["metrics"].get("f1", 0.0) for r in done), cfg.progress)
     queue: asyncio.Queue = asyncio.Queue()
@@ -113,7 +166,15 @@ async def arun_batch(policy, task, rows: list[dict], out_dir: str | Path, cfg: R
                         return
                     traj = error_trajectory(policy, task, row, scrub(f"{type(exc).__name__}: {exc}", secrets), started)
                 if annotate is not None and traj.get("error") is None:
-                    await annotate(traj)
+                    try:
+                        await annotate(traj)
+                    except Exception as exc:
+                        from agentrl.policies.endpoint import FatalEndpointError
+
+                        if isinstance(exc, FatalEndpointError):  # e.g. the judge's key or model is wrong
+                            fatal.append(exc)
+                            return
+                        raise
                 out.write(traj)
                 progress.update(traj)
 
@@ -129,12 +190,23 @@ async def arun_batch(policy, task, rows: list[dict], out_dir: str | Path, cfg: R
 
 
 def finalize(out_dir: Path, rows: list[dict]) -> dict:
-    """Compute metrics.json over the trajectories of ``rows`` in ``out_dir``; return it."""
+    """Compute metrics.json over the trajectories of ``rows`` in ``out_dir``; return it.
+
+    When trajectories carry judge verdicts, ``judge_status`` counts them by status (ok, cached, fallback,
+    no_prediction) and a warning says how many fell back, since those scores are not the judge's.
+    """
     records = [r for _, r in iter_jsonl(out_dir / TRAJECTORIES, allow_torn_tail=True)]
     metrics = aggregate(records)
     metrics["finish"] = _count(r.get("finish") for r in records)
     metrics["tools"] = tool_call_quality(records)
     metrics["missing"] = len({r["id"] for r in rows} - {r["id"] for r in records})
+    judged = [r["judge"].get("status") for r in records if isinstance(r.get("judge"), dict)]
+    if judged:
+        metrics["judge_status"] = {"ok": 0, "fallback": 0, **_count(judged)}
+        if metrics["judge_status"]["fallback"]:
+            warnings.warn(f"{metrics['judge_status']['fallback']} of {len(judged)} judge verdicts are fallbacks "
+                          "(empty, unparseable or failed judge replies), not the judge's: see judge.status in "
+                          f"{out_dir / TRAJECTORIES}", stacklevel=2)
     write_json(out_dir / "metrics.json", metrics)
     return metrics
 

@@ -11,12 +11,21 @@ message, which lets one server play many scripts at once:
   ``[[mode:text_tool_call]]`` the call as hermes text in ``content``, ``[[mode:no_tags]]`` an answer
   without tags, ``[[mode:empty]]`` an empty reply, ``[[mode:reasoning_only]]`` reasoning and no content,
   ``[[mode:long]]`` 200 kB of text cut off (finish ``length``), ``[[mode:answer:TEXT]]`` answer TEXT at once.
-- ``[[fail:STATUS:N]]`` the first N requests of the conversation fail with STATUS (429, 500, 503).
-- ``[[slow:SECONDS]]`` sleep before each reply.
+- A model name starting with ``missing`` gets 404 "model does not exist" (as vLLM answers an unknown model).
+- ``[[fail:STATUS:N]]`` the first N requests of the conversation fail with STATUS (429, 500, 503, 400, ...).
+- ``[[slow:SECONDS]]`` sleep before each reply; ``[[slow:SECONDS:N]]`` only before the first N requests of the
+  conversation (a timeout burst: the client gives up on those, its retries are answered at once).
+- ``[[drop:N]]`` the first N requests of the conversation get a truncated reply and the connection is closed
+  (the client sees a dropped connection, not an HTTP status).
+- ``[[mode:reasoning_field]]`` like ``reasoning_only`` but the text is in ``reasoning`` (the field vLLM and
+  OpenRouter use) instead of ``reasoning_content``.
 - Judge requests (a system prompt starting with "You grade"): CORRECT when the normalised prediction
-  equals a gold answer; ``[[judge:empty]]`` / ``[[judge:garbage]]`` / ``[[judge:empty:N]]`` in the
-  prediction script empty or unparseable replies (the first N times, or always); ``--judge empty``
-  makes every judge reply empty.
+  equals a gold answer; ``[[judge:empty]]`` / ``[[judge:garbage]]`` / ``[[judge:hedge]]`` (a sentence
+  containing CORRECT) / ``[[judge:empty:N]]`` in the prediction script empty or unparseable replies (the
+  first N times, or always); ``--judge empty`` makes every judge reply empty.
+
+Every request body is recorded (the last 2,000): ``GET /v1/_requests?contains=TEXT`` returns the bodies whose
+first user message contains TEXT, so a test can check what a client actually sent (e.g. ``extra_body`` keys).
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import asyncio
 import json
 import re
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 
 _MARK = re.compile(r"\[\[(\w+)(?::([^\]]*))?\]\]")
 
@@ -46,17 +55,29 @@ class Script:
         self.mode, self.latency, self.api_key, self.judge = mode, latency, api_key, judge
         self.attempts: dict[str, int] = defaultdict(int)
         self.requests = 0
+        self.bodies: deque[dict] = deque(maxlen=2000)  # bounded: benchmarks send hundreds of thousands
 
     async def reply(self, body: dict, auth: str | None) -> tuple[int, dict, dict]:
         """Return ``(status, json_body, headers)`` for one chat-completions request."""
         self.requests += 1
+        self.bodies.append(body)
         if self.api_key is not None and auth != f"Bearer {self.api_key}":
             return 401, {"error": {"message": "invalid api key", "type": "invalid_request_error"}}, {}
+        model = str(body.get("model") or "")
+        if model.startswith("missing"):
+            return 404, {"error": {"message": f"The model `{model}` does not exist.", "type": "NotFoundError",
+                                   "code": 404}}, {}
         messages = body.get("messages") or []
         first_user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
         marks = _markers(first_user)
+        if "drop" in marks and self._first_n("drop:" + first_user, marks["drop"]):
+            return 0, {}, {}  # status 0: the HTTP layer drops the connection
         if "slow" in marks:
-            await asyncio.sleep(float(marks["slow"] or 1))
+            seconds, _, n = marks["slow"].partition(":")
+            if not n or self._first_n("slow:" + first_user, n):
+                await asyncio.sleep(float(seconds or 1))
+            elif self.latency:
+                await asyncio.sleep(self.latency)
         elif self.latency:
             await asyncio.sleep(self.latency)
         if "fail" in marks:
@@ -72,6 +93,21 @@ class Script:
         content, calls, finish, reasoning = self._agent(mode, messages, _clean(first_user))
         return 200, self._completion(body, content, calls, finish, reasoning), {}
 
+    def _first_n(self, key: str, n: str) -> bool:
+        """Count a request under ``key``; return True while the count is at most ``n`` (default 1)."""
+        self.attempts[key] += 1
+        return self.attempts[key] <= int(n or 1)
+
+    def recorded(self, contains: str = "") -> list[dict]:
+        """Return the recorded request bodies whose first user message contains ``contains``."""
+        out = []
+        for body in list(self.bodies):
+            first_user = next((m.get("content") or "" for m in body.get("messages") or [] if m.get("role") == "user"),
+                              "")
+            if contains in str(first_user):
+                out.append(body)
+        return out
+
     def _agent(self, mode: str, messages: list[dict], question: str):
         tool_msgs = [m for m in messages if m.get("role") == "tool"]
         if mode.startswith("answer:"):
@@ -80,6 +116,8 @@ class Script:
             return "", None, "stop", None
         if mode == "reasoning_only":
             return None, None, "stop", "I am still thinking about " + question
+        if mode == "reasoning_field":
+            return None, None, "stop", {"reasoning": "Thinking (reasoning field) about " + question}
         if mode == "no_tags":
             return "I think the answer is probably unknown.", None, "stop", None
         if mode == "long":
@@ -108,6 +146,8 @@ class Script:
             key = "judge:" + prompt
             self.attempts[key] += 1
             if not n or self.attempts[key] <= int(n):
+                if kind == "hedge":  # names a verdict word without being a verdict
+                    return "The predicted answer is not CORRECT."
                 return "" if kind == "empty" else "Let me think step by step about whether this matches..."
         gold = re.search(r"Gold answers?: (.*)", prompt)
         pred = re.search(r"Predicted answer: (.*)", prompt)
@@ -121,7 +161,9 @@ class Script:
         message = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = calls
-        if reasoning:
+        if isinstance(reasoning, dict):  # the field name chosen by the script, e.g. {"reasoning": ...}
+            message.update(reasoning)
+        elif reasoning:
             message["reasoning_content"] = reasoning
         return {
             "id": f"chatcmpl-{self.requests}", "object": "chat.completion", "created": int(time.time()),
@@ -141,8 +183,17 @@ def build_app(script: Script):
     """Return the Starlette app serving ``script``."""
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
+
+    class DroppedConnection(Response):
+        """Headers promising a body that never comes, then the server closes the connection."""
+
+        async def __call__(self, scope, receive, send) -> None:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", b"4096")]})
+            await send({"type": "http.response.body", "body": b'{"id": "chatcmpl-', "more_body": True})
+            # returning with the body incomplete makes uvicorn close the transport
 
     async def completions(request: Request):
         try:
@@ -150,13 +201,19 @@ def build_app(script: Script):
         except json.JSONDecodeError:
             return JSONResponse({"error": {"message": "invalid JSON body"}}, status_code=400)
         status, payload, headers = await script.reply(body, request.headers.get("authorization"))
+        if status == 0:
+            return DroppedConnection()
         return JSONResponse(payload, status_code=status, headers=headers)
 
     async def models(request: Request):
         return JSONResponse({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
 
+    async def requests(request: Request):
+        return JSONResponse({"data": script.recorded(request.query_params.get("contains", ""))})
+
     return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"]),
-                             Route("/v1/models", models, methods=["GET"])])
+                             Route("/v1/models", models, methods=["GET"]),
+                             Route("/v1/_requests", requests, methods=["GET"])])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,6 +20,7 @@ heavy state (the loaded index) lives in the shared backend, episodes are cheap i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import weakref
 from collections.abc import Callable
@@ -46,21 +47,62 @@ class LocalSearch:
 
 
 class MCPSearch:
-    """Search through the ``search`` tool of an MCP retrieval server (``agentrl serve``) at ``url``."""
+    """Search through the ``search`` tool of an MCP retrieval server (``agentrl serve``) at ``url``.
+
+    One MCP session per event loop, opened on the first search and shared by every episode on that loop:
+    connecting and initialising per call would cost more than the search itself at high concurrency.
+    """
 
     def __init__(self, url: str):
         self.url = url
+        self._sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    async def _client(self):
+        loop = asyncio.get_running_loop()
+        entry = self._sessions.get(loop)
+        if entry is None:
+            ready, stop = loop.create_future(), asyncio.Event()
+            entry = self._sessions[loop] = (ready, stop, loop.create_task(self._hold(ready, stop)))
+        try:
+            return await asyncio.shield(entry[0])
+        except Exception:
+            self._sessions.pop(loop, None)  # the next call connects again
+            raise
+
+    async def _hold(self, ready: asyncio.Future, stop: asyncio.Event) -> None:
+        # the session's context is entered and left in this one task (anyio requires it); callers only use it
+        from mcp import Client
+
+        try:
+            async with Client(self.url) as client:
+                ready.set_result(client)
+                await stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+            if not isinstance(exc, Exception):
+                raise
 
     async def search(self, query: str, top_k: int) -> list[Hit]:
         """Return the top_k hits for ``query`` from the server; a tool error raises RuntimeError."""
-        from mcp import Client
-
-        async with Client(self.url) as client:
+        client = await self._client()
+        try:
             result = await client.call_tool("search", {"query": query, "top_k": top_k})
+        except Exception:
+            await self.aclose()  # a broken session is replaced on the next call
+            raise
         if result.is_error:
             raise RuntimeError(result.content[0].text if result.content else "search failed")
         rows = (result.structured_content or {}).get("result", [])
         return [Hit(id=r["id"], title=r["title"], text=r["text"], score=r["score"], index=-1) for r in rows]
+
+    async def aclose(self) -> None:
+        """Close this event loop's session (a later search opens a new one)."""
+        entry = self._sessions.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            entry[1].set()
+            with contextlib.suppress(Exception):  # a session that already failed has nothing left to report
+                await entry[2]
 
 
 def format_passages(hits: list[Hit], max_chars: int | None = None) -> str:

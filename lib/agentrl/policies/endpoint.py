@@ -71,10 +71,17 @@ def resolve_settings(cfg: EndpointConfig) -> tuple[str, str, str]:
 
 
 def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None) -> float:
-    """Return the wait before retry ``attempt`` (0-based): full jitter on ``base * 2**attempt``, capped."""
+    """Return the wait before retry ``attempt`` (0-based): full jitter on ``base * 2**attempt``, capped at ``cap``.
+
+    A ``Retry-After`` longer than the backoff is honoured (still capped); a shorter one, including 0, does not
+    cut the wait below the backoff's floor (half the exponential delay, jittered up to all of it), so a server
+    answering ``Retry-After: 0`` under load still sees growing, spread-out gaps instead of every worker
+    retrying at once.
+    """
+    window = min(cap, base * 2 ** attempt)
     if retry_after is not None and retry_after >= 0:
-        return min(retry_after, cap)
-    return random.uniform(0, min(cap, base * 2 ** attempt))
+        return min(max(retry_after, random.uniform(window / 2, window)), cap)
+    return random.uniform(0, window)
 
 
 class EndpointPolicy:

@@ -205,6 +205,8 @@ class DenseIndex:
             raise DataError(f"{path}: unreadable faiss index ({str(exc).splitlines()[0]})") from None
         if cfg.index_type == "hnsw":
             index.hnsw.efSearch = cfg.ef_search
+        elif cfg.index_type == "ivfpq":
+            faiss.extract_index_ivf(index).nprobe = cfg.nprobe  # a load-time override, like ef_search
         return cls(index, cfg)
 
     def search(self, qvecs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

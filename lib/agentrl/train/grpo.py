@@ -12,6 +12,7 @@ every ``eval_every`` steps and at the end. Output, under ``runs/grpo/<name>/``: 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from pathlib import Path
 from agentrl.io import DataError
 from agentrl.judge import JudgeConfig
 from agentrl.train.models import ModelConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -54,7 +57,7 @@ class GRPOSettings:
     passage_chars: int | None = None
     eval_every: int = 0  # steps between agent evaluations (0 = only at the end)
     eval_questions: int = 20
-    eval_offset: int | None = None  # default: the questions after the training ones
+    eval_offset: int | None = None  # default: after the training slice, else the last eval_questions rows
     eval_max_new_tokens: int = 256
     use_vllm: bool = False  # TRL's vLLM generation (Unsloth: set model.fast_inference instead)
     vllm_mode: str = "colocate"  # colocate | server (`trl vllm-serve` on other GPUs)
@@ -124,16 +127,39 @@ def training_source(settings: GRPOSettings) -> str | None:
     return qa
 
 
-def training_rows(settings: GRPOSettings, task, preset: dict) -> list[dict]:
-    """Return the GRPO dataset rows: ``prompt`` (system + user messages) plus the columns the env and rewards
-    read (id, question, golden_answers, and the task's extra columns)."""
+def split_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[dict]]:
+    """Return ``(train, held_out)`` task rows, disjoint by id.
+
+    Held out: ``eval_questions`` rows from ``eval_offset``, by default those right after the training slice,
+    or, when training takes every question (or the slice runs to the end), the last ``eval_questions`` rows,
+    which are then removed from training. Evaluating on training questions would measure memorisation.
+    """
     from agentrl.evaluate import eval_config, load_rows
 
-    cfg = eval_config(preset, env=settings.env, qa=training_source(settings), offset=settings.train_offset,
-                      limit=settings.train_questions)
+    cfg = eval_config(preset, env=settings.env, qa=training_source(settings), offset=0, limit=None)
     rows = load_rows(cfg, preset)
-    if not rows:
-        raise DataError("GRPO has no training questions (check grpo.qa / train_offset / train_questions)")
+    end = len(rows) if settings.train_questions is None else settings.train_offset + settings.train_questions
+    n_eval = max(0, settings.eval_questions)
+    start = settings.eval_offset
+    if start is None:
+        start = end if end + n_eval <= len(rows) else max(0, len(rows) - n_eval)
+    held = rows[start:start + n_eval]
+    held_ids = {r["id"] for r in held}
+    train = [r for r in rows[settings.train_offset:end] if r["id"] not in held_ids]
+    if not train:
+        raise DataError("GRPO has no training questions (check grpo.qa / train_offset / train_questions / "
+                        "eval_questions)")
+    if n_eval and len(held) < n_eval:
+        log.warning("GRPO held-out evaluation has %d of %d questions", len(held), n_eval)
+    return train, held
+
+
+def training_rows(settings: GRPOSettings, task, preset: dict, rows: list[dict] | None = None) -> list[dict]:
+    """Return the GRPO dataset rows: ``prompt`` (system + user messages) plus the columns the env and rewards
+    read (id, question, golden_answers, and the task's extra columns). ``rows`` defaults to the training half
+    of :func:`split_rows`."""
+    if rows is None:
+        rows = split_rows(settings, preset)[0]
     out = []
     for r in rows:
         prompt = [{"role": "system", "content": task.system_prompt}, {"role": "user", "content": r["question"]}]
@@ -167,7 +193,8 @@ def make_trainer(settings: GRPOSettings, loaded, task, rows: list[dict], out: Pa
         top_p=settings.top_p, beta=settings.beta, loss_type=settings.loss_type, scale_rewards=settings.scale_rewards,
         reward_weights=weights, log_completions=settings.log_completions, num_completions_to_print=2,
         logging_steps=settings.logging_steps, report_to=settings.report_to, save_strategy="no", seed=settings.seed,
-        use_cpu=use_cpu, bf16=not use_cpu and _bf16(), gradient_checkpointing=settings.model.gradient_checkpointing,
+        use_cpu=use_cpu, bf16=not use_cpu and _bf16(), fp16=not use_cpu and not _bf16(),
+        gradient_checkpointing=settings.model.gradient_checkpointing,
         use_vllm=settings.use_vllm, vllm_mode=settings.vllm_mode,
         vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization, vllm_server_host=settings.vllm_server_host,
         vllm_server_port=settings.vllm_server_port, disable_tqdm=not _tty(),
@@ -195,23 +222,20 @@ def _tty() -> bool:
     return sys.stderr.isatty()
 
 
-def agent_eval(model, tokenizer, settings: GRPOSettings, task, preset: dict, out: Path, step: int) -> dict:
-    """Run the agent loop with the current policy on the held-out questions; return its headline metrics."""
+def agent_eval(model, tokenizer, settings: GRPOSettings, task, preset: dict, out: Path, step: int,
+               rows: list[dict]) -> dict:
+    """Run the agent loop with the current policy on the held-out ``rows``; return its headline metrics."""
     from agentrl.evaluate import eval_config, run_eval
     from agentrl.policies.local import LocalConfig, LocalPolicy
 
-    offset = settings.eval_offset
-    if offset is None:
-        offset = settings.train_offset + (settings.train_questions or 0)
-    cfg = eval_config(preset, env=settings.env, qa=training_source(settings), policy="local", offset=offset,
-                      limit=settings.eval_questions)
+    cfg = eval_config(preset, env=settings.env, qa=training_source(settings), policy="local")
     was_training = model.training
     model.eval()
     policy = LocalPolicy(LocalConfig(model=settings.model.name, max_new_tokens=settings.eval_max_new_tokens),
                          model=model, tokenizer=tokenizer)
     policy.model = f"grpo:{settings.name}@{step}"
     try:
-        m = run_eval(cfg, preset, overwrite=True, policy=policy, task=task, out_dir=out / f"step_{step}")
+        m = run_eval(cfg, preset, overwrite=True, policy=policy, task=task, out_dir=out / f"step_{step}", rows=rows)
     finally:
         if was_training:
             model.train()
@@ -219,15 +243,16 @@ def agent_eval(model, tokenizer, settings: GRPOSettings, task, preset: dict, out
     return {"step": step, "n": m["n"], **{k: m["overall"][k] for k in keys if k in m["overall"]}, **m["tools"]}
 
 
-def eval_callback(settings: GRPOSettings, task, preset: dict, out: Path, results: list):
-    """Return a TrainerCallback that evaluates the policy every ``settings.eval_every`` steps."""
+def eval_callback(settings: GRPOSettings, task, preset: dict, out: Path, results: list, rows: list[dict]):
+    """Return a TrainerCallback that evaluates the policy on ``rows`` every ``settings.eval_every`` steps."""
     from transformers import TrainerCallback
 
     class AgentEval(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-            if settings.eval_every and state.global_step % settings.eval_every == 0 and state.is_world_process_zero:
+            if settings.eval_every and rows and state.global_step % settings.eval_every == 0 \
+                    and state.is_world_process_zero:
                 results.append(agent_eval(model, processing_class, settings, task, preset, out / "eval",
-                                          state.global_step))
+                                          state.global_step, rows))
 
     return AgentEval()
 
@@ -261,9 +286,10 @@ def summarize(history: list[dict], reward_names: list[str]) -> dict:
 
 def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | Path = "runs") -> GRPOResult:
     """Train with GRPO, evaluate along the way and at the end, save the adapter; return a GRPOResult."""
-    from transformers import set_seed
+    from agentrl.train.models import import_backend, load_for_training
 
-    from agentrl.train.models import load_for_training
+    import_backend(settings.model)  # unsloth (if it is the backend) before transformers
+    from transformers import set_seed
 
     preset = preset or {}
     out = Path(runs) / "grpo" / settings.name
@@ -271,9 +297,11 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
     loaded = load_for_training(settings.model, adapter=settings.adapter)
     loaded.tokenizer.padding_side = "left"  # generation pads on the left
     task = build_task(settings, preset)
-    rows = training_rows(settings, task, preset)
+    train_rows, held_out = split_rows(settings, preset)
+    rows = training_rows(settings, task, preset, train_rows)
     evals: list[dict] = []
-    trainer = make_trainer(settings, loaded, task, rows, out, [eval_callback(settings, task, preset, out, evals)])
+    trainer = make_trainer(settings, loaded, task, rows, out,
+                           [eval_callback(settings, task, preset, out, evals, held_out)])
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
@@ -281,11 +309,12 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
     names = trainer.reward_func_names
     metrics = {"backend": loaded.backend, "backend_reason": loaded.reason, "train_seconds": round(seconds, 1),
                "steps": trainer.state.global_step, "rewards": dict(settings.rewards), "reward_funcs": names,
-               "train_rows": len(rows), **summarize(trainer.state.log_history, names)}
+               "train_rows": len(rows), "heldout_ids": [r["id"] for r in held_out],
+               **summarize(trainer.state.log_history, names)}
     if main:
-        if settings.eval_questions > 0 and not (evals and evals[-1]["step"] == trainer.state.global_step):
+        if held_out and not (evals and evals[-1]["step"] == trainer.state.global_step):
             evals.append(agent_eval(trainer.model, loaded.tokenizer, settings, task, preset, out / "eval",
-                                    trainer.state.global_step))
+                                    trainer.state.global_step, held_out))
         metrics["evals"] = evals
         trainer.model.save_pretrained(str(out / "adapter"))
         loaded.tokenizer.save_pretrained(str(out / "adapter"))

@@ -80,6 +80,28 @@ def choose_backend(requested: str) -> tuple[str, str]:
     return "transformers", why
 
 
+def import_backend(cfg: ModelConfig) -> tuple[str, str]:
+    """Return ``(backend, reason)`` for ``cfg``, importing unsloth now when it is the backend: Unsloth patches
+    trl and transformers when it is imported and warns (with fewer optimisations) if they came first, so call
+    this before anything imports them."""
+    backend, reason = choose_backend(cfg.backend)
+    if backend == "unsloth":
+        os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")  # never let Unsloth apt-get or git clone on its own
+        import unsloth  # noqa: F401
+
+    return backend, reason
+
+
+def adapter_rank(adapter: str | None) -> int | None:
+    """Return the LoRA rank ``r`` saved in ``adapter/adapter_config.json``, or None without an adapter."""
+    if adapter is None:
+        return None
+    import json
+    from pathlib import Path
+
+    return int(json.loads((Path(adapter) / "adapter_config.json").read_text()).get("r") or 0) or None
+
+
 def _dtype(cfg: ModelConfig):
     import torch
 
@@ -115,8 +137,10 @@ def _load_unsloth(cfg: ModelConfig, lora: bool, reason: str, adapter: str | None
     from unsloth import FastLanguageModel  # must be imported before trl/transformers to patch them
 
     checkpointing = "unsloth" if cfg.gradient_checkpointing else False
+    # vLLM reserves LoRA slots of max_lora_rank: it must cover the adapter GRPO continues from (SFT used r 64)
+    rank = max(cfg.lora.r, adapter_rank(adapter) or 0)
     extra = {"fast_inference": True, "gpu_memory_utilization": cfg.gpu_memory_utilization,
-             "max_lora_rank": cfg.lora.r} if cfg.fast_inference else {}
+             "max_lora_rank": rank} if cfg.fast_inference else {}
     model, tokenizer = FastLanguageModel.from_pretrained(
         model_name=str(adapter or cfg.name), max_seq_length=cfg.max_seq_length, dtype=None,
         load_in_4bit=cfg.load_in_4bit, load_in_16bit=not cfg.load_in_4bit, use_gradient_checkpointing=checkpointing,

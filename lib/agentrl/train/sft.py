@@ -54,7 +54,7 @@ class SFTSettings:
     seed: int = 42
     merge: bool = False
     check_questions: int = 20  # held-out questions for the inference check (0 = skip)
-    check_offset: int | None = None  # default: the questions after [demo].train_questions, else the first ones
+    check_offset: int | None = None  # where to start: [demo].train_questions, else 0; SFT-data questions skipped
     check_max_new_tokens: int = 128
 
 
@@ -149,9 +149,10 @@ class SFTResult:
 
 def load_model(settings: SFTSettings):
     """Seed everything, then load the base model with LoRA on the chosen backend (agentrl.train.models)."""
-    from transformers import set_seed
+    from agentrl.train.models import import_backend, load_for_training
 
-    from agentrl.train.models import load_for_training
+    import_backend(settings.model)  # unsloth (if it is the backend) before transformers
+    from transformers import set_seed
 
     set_seed(settings.seed)  # the LoRA weights are initialised before the trainer seeds anything
     return load_for_training(settings.model)  # before trl is imported: Unsloth patches it on import
@@ -290,13 +291,17 @@ def save_adapter(model, tokenizer, out: Path, settings: SFTSettings) -> Path:
 def inference_check(model, tokenizer, settings: SFTSettings, preset: dict, out: Path) -> dict:
     """Run the agent on held-out questions with the base model (adapter off) and with the adapter; return
     ``{"base": metrics, "sft": metrics}`` (answer metrics and tool-call quality)."""
-    from agentrl.evaluate import build_task, eval_config, run_eval
+    from agentrl.evaluate import build_task, eval_config, load_rows, run_eval
     from agentrl.policies.local import LocalConfig, LocalPolicy
 
     offset = settings.check_offset
     if offset is None:
         offset = (preset.get("demo") or {}).get("train_questions", 0)
-    cfg = eval_config(preset, policy="local", offset=offset, limit=settings.check_questions)
+    cfg = eval_config(preset, policy="local", offset=offset, limit=None)
+    rows = heldout_rows(load_rows(cfg, preset), settings.data)[:settings.check_questions]
+    if not rows:
+        log.warning("inference check skipped: every question from offset %d was in the SFT data", offset)
+        return {}
     task = build_task(cfg, preset)
     model.eval()
     policy = LocalPolicy(LocalConfig(model=settings.model.name, max_new_tokens=settings.check_max_new_tokens),
@@ -305,11 +310,29 @@ def inference_check(model, tokenizer, settings: SFTSettings, preset: dict, out: 
     with model.disable_adapter():
         policy.model = "base:" + Path(settings.model.name).name
         results["base"] = _check_metrics(run_eval(cfg, preset, overwrite=True, policy=policy, task=task,
-                                                  out_dir=out / "base"))
+                                                  out_dir=out / "base", rows=rows))
     policy.model = f"sft:{settings.name}"
     results["sft"] = _check_metrics(run_eval(cfg, preset, overwrite=True, policy=policy, task=task,
-                                             out_dir=out / "sft"))
+                                             out_dir=out / "sft", rows=rows))
     return results
+
+
+def heldout_rows(rows: list[dict], data: str) -> list[dict]:
+    """Return the ``rows`` whose id and normalised question appear in no split of the SFT dataset ``data``:
+    a check on trained questions would measure memorisation, not the agent."""
+    from agentrl.io import iter_jsonl
+    from agentrl.metrics import normalize_answer
+
+    ids, questions = set(), set()
+    for split in ("train", "validation"):
+        path = _data_file(data, split)
+        if path.exists():
+            for _, rec in iter_jsonl(path):
+                ids.add(rec.get("id"))
+                user = next((m.get("content") for m in rec.get("messages") or [] if m.get("role") == "user"), None)
+                if isinstance(user, str):
+                    questions.add(normalize_answer(user))
+    return [r for r in rows if r["id"] not in ids and normalize_answer(r["question"]) not in questions]
 
 
 def _check_metrics(m: dict) -> dict:
@@ -325,7 +348,8 @@ def merge_adapter(loaded, out: Path) -> Path:
     import torch
 
     merged = loaded.model.merge_and_unload()
-    dtype = torch.bfloat16 if _bf16() else torch.float16 if _cuda() else torch.float32
+    # 16-bit for serving (vLLM loads bf16/fp16); bf16 also on CPU, where fp16 arithmetic is poorly supported
+    dtype = torch.float16 if _cuda() and not _bf16() else torch.bfloat16
     merged.to(dtype).save_pretrained(str(out))
     loaded.tokenizer.save_pretrained(str(out))
     return out
