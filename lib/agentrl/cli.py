@@ -26,6 +26,7 @@ def _preset(args) -> dict:
 
 
 def cmd_corpus(args) -> int:
+    """`agentrl corpus`: build a passage corpus from QA contexts or a corpus file; return 0 or raise."""
     from agentrl.config import from_dict, override
     from agentrl.corpus import CorpusConfig, build_corpus
 
@@ -43,6 +44,7 @@ def cmd_corpus(args) -> int:
 
 
 def cmd_index(args) -> int:
+    """`agentrl index`: build BM25 + dense indexes over a corpus; return 0 or raise."""
     from agentrl.config import from_dict
     from agentrl.corpus import read_corpus
     from agentrl.retrieval import IndexConfig, build_index
@@ -80,6 +82,7 @@ def _corpus_embedder(corpus_dir: Path) -> str | None:
 
 
 def cmd_search(args) -> int:
+    """`agentrl search`: search an index with one query and print the ranked passages; return 0 or raise."""
     from rich.console import Console
     from rich.table import Table
 
@@ -97,6 +100,7 @@ def cmd_search(args) -> int:
 
 
 def cmd_retrieval_eval(args) -> int:
+    """`agentrl retrieval-eval`: recall@k / MRR / nDCG against gold evidence, per method; return 0 or raise."""
     from agentrl.retrieval_eval import print_retrieval_report, run_retrieval_eval
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -107,6 +111,7 @@ def cmd_retrieval_eval(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    """`agentrl serve`: serve the retriever as an MCP tool (stdio or streamable HTTP); return 0 or raise."""
     from agentrl.mcp_server import serve
 
     serve(args.index, transport=args.transport, host=args.host, port=args.port, method=args.method)
@@ -117,6 +122,7 @@ def cmd_serve(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    """`agentrl eval`: run an agent over a QA set (endpoint, local model or oracle) and score it; return 0 or raise."""
     from agentrl.evaluate import eval_config, run_eval
 
     preset = _preset(args)
@@ -146,6 +152,7 @@ def print_eval_metrics(metrics: dict, out_dir) -> None:
 
 
 def cmd_analyze(args) -> int:
+    """`agentrl analyze`: statistics of trajectories (stats.json, stats.md, charts); return 0 or raise."""
     from agentrl.stats import analyze, print_stats
 
     out = Path(args.out) if args.out else Path(args.runs[0]) / "analysis"
@@ -158,6 +165,7 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_curate(args) -> int:
+    """`agentrl curate`: filter, de-duplicate, balance and split trajectories for SFT; return 0 or raise."""
     from agentrl.curate import curate, data_config
 
     preset = _preset(args)
@@ -175,6 +183,7 @@ def cmd_curate(args) -> int:
 
 
 def cmd_export(args) -> int:
+    """`agentrl export`: export a curated dataset to trl / swift / sharegpt JSONL; return 0 or raise."""
     from agentrl.export import export
 
     counts = export(args.data, [f.strip() for f in args.formats.split(",")])
@@ -183,6 +192,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_import_seed(args) -> int:
+    """`agentrl import-seed`: convert a seed run (results.jsonl + openai_trace.log) to trajectories; return 0."""
     from agentrl.seed_import import import_seed
 
     out = Path(args.out) if args.out else RUNS / "eval" / args.name
@@ -195,6 +205,7 @@ def cmd_import_seed(args) -> int:
 
 
 def cmd_sft(args) -> int:
+    """`agentrl sft`: LoRA SFT on a curated dataset (Unsloth on CUDA, transformers + peft elsewhere); return 0."""
     from agentrl.train.sft import print_sft_summary, run_sft, sft_config
 
     preset = _preset(args)
@@ -211,6 +222,7 @@ def cmd_sft(args) -> int:
 
 
 def cmd_grpo(args) -> int:
+    """`agentrl grpo`: multi-turn GRPO with the tools in the rollouts (TRL environment_factory); return 0 or raise."""
     from agentrl.train.grpo import grpo_config, print_grpo_summary, run_grpo
 
     preset = _preset(args)
@@ -226,6 +238,7 @@ def cmd_grpo(args) -> int:
 
 
 def cmd_tiny_model(args) -> int:
+    """`agentrl tiny-model`: build the tiny offline model (tokenizer + random Qwen3); return 0 or raise."""
     from agentrl.tiny import build_tiny_model
 
     out = build_tiny_model(args.out)
@@ -234,6 +247,7 @@ def cmd_tiny_model(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    """`agentrl demo`: run every phase on the bundled data (CPU, no network) and summarise; return 0 or raise."""
     from agentrl.demo import print_summary, run_demo
 
     print_summary(run_demo(args.config, rebuild=args.rebuild))

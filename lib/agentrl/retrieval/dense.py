@@ -145,10 +145,12 @@ class DenseIndex:
 
     @property
     def ntotal(self) -> int:
+        """The number of vectors in the index."""
         return int(self.index.ntotal)
 
     @property
     def dim(self) -> int:
+        """The vector dimension."""
         return int(self.index.d)
 
     @classmethod
