@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 
 import pytest
 
@@ -64,7 +65,12 @@ def test_the_oracle_scores_one_on_every_dev_task(tasks, tmp_path):
     task = sql_task()
     metrics = run_batch(OraclePolicy(task.oracle_plan), task, tasks, tmp_path, RunConfig(progress=False))
     assert metrics["n"] == 60 and metrics["errors"] == 0
-    assert metrics["overall"]["exec"] == 1.0 and metrics["overall"]["em"] == 1.0
+    assert metrics["overall"]["em"] == 1.0  # the headline: answer match (SELECT), final state (modify)
+    # execution match is 1 wherever the gold statement reproduces the label; the oracle's query on the 14 known
+    # gaps runs but returns something else, which earns the partial credit only
+    gaps = GOLD_DOES_NOT_RUN | GOLD_DISAGREES_WITH_LABEL
+    recs = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").open()]
+    assert {r["id"]: r["metrics"]["exec"] for r in recs} == {t["id"]: 0.1 if t["id"] in gaps else 1.0 for t in tasks}
     assert set(metrics["by_type"]) == {"INSERT", "UPDATE", "other", "counting", "comparison", "ranking",
                                        "aggregation-SUM", "aggregation-MAX", "aggregation-MIN", "aggregation-AVG"}
 
@@ -186,9 +192,12 @@ def test_sql_rewards_and_metrics_on_hand_made_episodes(tasks):
 
     cases = [
         (select, [mysql_to_sqlite(select["metadata"]["sql"])], "1", 1.0, 1.0),  # right (1 == 1.0)
-        (select, [f"SELECT COUNT(*) FROM {t_sel}"], "24", 0.1, 0.0),  # ran, wrong answer
-        (select, ["SELECT nothing FROM nowhere"], "1", 1.0, 1.0),  # answer right although the query failed
+        (select, [mysql_to_sqlite(select["metadata"]["sql"])], "7", 1.0, 0.0),  # right result, wrong answer
+        (select, [f"SELECT COUNT(*) FROM {t_sel}"], "24", 0.1, 0.0),  # ran, wrong result and answer
+        (select, [f"SELECT COUNT(*) FROM {t_sel}"], "1", 0.1, 1.0),  # wrong result, right answer
+        (select, ["SELECT nothing FROM nowhere"], "1", 0.0, 1.0),  # answer right although the query failed
         (select, ["SELECT nothing FROM nowhere"], "3", 0.0, 0.0),  # only errors, wrong
+        (select, [], "1", 0.0, 1.0),  # right answer without running anything: no execution credit
         (select, [], "", 0.0, 0.0),  # did nothing
         (update, [mysql_to_sqlite(update["metadata"]["sql"])], "done", 1.0, 1.0),  # right final state
         (update, [f"UPDATE {quote(update['metadata']['table']['table_name'])} SET Wins = '9'"], "done", 0.1, 0.0),
@@ -208,6 +217,82 @@ def test_jaccard_partial_credit_is_optional(tasks):
     env.execute_sql(f"SELECT Score FROM {t} WHERE Score = '1–0' LIMIT 1")
     completion = [{"role": "assistant", "content": "<answer>1–0</answer>"}]
     assert sql_execution(None, [completion], environments=[env]) == [0.5]  # {1–0} vs {1–0, 2–0}
+    env = SQLEnv()
+    env.reset(**task)
+    env.execute_sql(f"SELECT Score FROM {t} WHERE Score = '1–0' LIMIT 1")
+    assert sql_execution(None, [completion], environments=[env]) == [0.1]  # off by default: the flat credit
+
+
+def test_partial_credit_and_jaccard_reach_the_env_from_the_preset(tasks):
+    from agentrl.evaluate import build_task, eval_config
+
+    task = next(t for t in tasks if t["id"] == "db_7")
+    t = quote(task["metadata"]["table"]["table_name"])
+    completion = [{"role": "assistant", "content": "<answer>1–0</answer>"}]
+    for preset, overrides, partial, jaccard in [
+        ({"eval": {"env": "sql", "sql_partial_credit": 0.25}}, {}, 0.25, False),
+        ({"eval": {"env": "sql", "sql_partial_credit": 0.25, "sql_jaccard": True}}, {}, 0.25, True),
+        ({"eval": {"env": "sql"}}, {"sql_partial_credit": 0.0}, 0.0, False),  # e.g. from GRPO settings
+    ]:
+        sql = build_task(eval_config(preset, **overrides))
+        assert sql.config["partial_credit"] == partial and sql.config["jaccard"] is jaccard
+        env = sql.make_env()
+        env.reset(**task)
+        env.execute_sql(f"SELECT COUNT(*) FROM {t}")  # runs, wrong result: the flat credit
+        assert sql_execution(None, [completion], environments=[env]) == [partial]
+        env.execute_sql(f"SELECT Score FROM {t} WHERE Score = '1–0' LIMIT 1")  # half the rows
+        assert sql_execution(None, [completion], environments=[env]) == [0.5 if jaccard else partial]
+
+
+def _long_table_task(n: int) -> dict:
+    table = {"table_name": "Long", "table_info": {"columns": [{"name": "n", "type": "INT"}],
+                                                  "rows": [[str(i)] for i in range(n)]}}
+    return {"id": "long", "question": "all n", "golden_answers": [str(i) for i in range(n)],
+            "metadata": {"kind": "select", "type": "other", "table": table, "sql": "SELECT n FROM Long",
+                         "label": [str(i) for i in range(n)]}}
+
+
+def test_results_longer_than_the_rows_shown_are_scored_in_full():
+    task = _long_table_task(30)
+    answer = ", ".join(task["metadata"]["label"])
+    env = SQLEnv(jaccard=True)
+    env.reset(**task)
+    out = env.execute_sql("SELECT n FROM Long")
+    assert len(out.splitlines()) == 1 + 20 + 1 and "more rows" in out  # the model sees 20 rows
+    scores = sql_score(answer, task, env)
+    assert scores["result_match"] == 1.0 and scores["exec"] == 1.0 and scores["em"] == 1.0
+    env.execute_sql("SELECT n FROM Long WHERE n < 27")  # 27 of 30 values, past the 20 shown
+    assert sql_score(answer, task, env)["exec"] == 0.9
+    # a result longer than the scoring cap never matches (its end was not read), and the fetch stops there
+    env = SQLEnv(SQLLimits(max_scored_rows=25))
+    env.reset(**task)
+    assert "more rows" in env.execute_sql("SELECT n FROM Long")
+    assert sql_score(answer, task, env)["exec"] == 0.1
+    env = SQLEnv()
+    env.reset(**task)
+    out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c")
+    assert "more rows" in out and len(env._last_select) == SQLLimits().max_scored_rows
+    out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                          "SELECT randomblob(90000) FROM c")  # wide rows: the text budget stops the fetch
+    assert not out.startswith("Error") and len(env._last_select) == SQLLimits().max_rows  # (the rows shown)
+    # a slow result: the deadline comes while fetching the scored rows, after the rows to show
+    start = time.monotonic()
+    out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                          "SELECT x FROM c WHERE x % 20000 = 0")
+    assert time.monotonic() - start < 2.0 and not out.startswith("Error") and "more rows" in out
+    assert 20 <= len(env._last_select) < SQLLimits().max_scored_rows
+
+
+@pytest.mark.parametrize("answer", ["1e999", "-1e999", "nan", "NaN", "inf", "1e400, nan"])
+def test_overflowing_and_nan_answers_are_compared_as_text_not_crash(tasks, answer):
+    select = next(t for t in tasks if t["id"] == "db_4")
+    env = SQLEnv()
+    env.reset(**select)
+    env.execute_sql("SELECT 1e999, -1e999")  # SQLite returns float inf: must normalise too
+    completion = [{"role": "assistant", "content": f"<answer>{answer}</answer>"}]
+    assert sql_answer(None, [completion], environments=[env]) == [0.0]
+    assert sql_execution(None, [completion], environments=[env]) == [0.1]
+    assert answer_matches(answer, [answer]) and not answer_matches(answer, ["1"])
 
 
 def test_answers_match_on_normalised_values():
@@ -222,13 +307,32 @@ def test_synthetic_training_tasks_are_solved_by_their_gold_sql():
     from agentrl.envs.sql_tasks import synthetic_sql_tasks
 
     rows = synthetic_sql_tasks(6, seed=3)
-    assert len(rows) == 36 and all(r["metadata"]["source"] == "synthetic" for r in rows)
+    assert len(rows) == 42 and all(r["metadata"]["source"] == "synthetic" for r in rows)
     env = SQLEnv()
     for r in rows:
         env.reset(**r)
         assert not env.execute_sql(r["metadata"]["sql"]).startswith("Error")
         answer = ", ".join(map(str, r["metadata"]["label"])) if r["metadata"]["kind"] == "select" else "done"
         assert sql_score(answer, r, env)["exec"] == 1.0
+
+
+def test_the_oracle_scores_one_on_every_synthetic_task_kind(tmp_path):
+    from agentrl.envs.sql_tasks import synthetic_sql_tasks
+    from agentrl.policies.oracle import OraclePolicy
+    from agentrl.runner import RunConfig, run_batch
+    from agentrl.tasks import sql_task
+
+    rows = synthetic_sql_tasks(9, seed=11)  # three of each table
+    task = sql_task()
+    metrics = run_batch(OraclePolicy(task.oracle_plan), task, rows, tmp_path, RunConfig(progress=False))
+    assert metrics["n"] == 63 and metrics["errors"] == 0
+    assert set(metrics["by_type"]) == {"other", "counting", "ranking", "aggregation-SUM", "UPDATE", "INSERT",
+                                       "DELETE"}
+    assert {r["metadata"]["table"]["table_name"] for r in rows} == {"City Registry", "Shop Inventory", "Cup Matches"}
+    assert all(m["exec"] == 1.0 and m["em"] == 1.0 for m in metrics["by_type"].values()), metrics["by_type"]
+    recs = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").open()]
+    assert all(r["metrics"]["state_match"] == 1.0 for r in recs if r["id"].endswith(("_4", "_5", "_6")))
+    assert all(r["metrics"]["result_match"] == 1.0 for r in recs if r["id"].endswith(("_0", "_1", "_2", "_3")))
 
 
 def test_cli_eval_on_sql_tasks_with_the_oracle(tmp_path, capsys, monkeypatch):
@@ -240,7 +344,7 @@ def test_cli_eval_on_sql_tasks_with_the_oracle(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "6 items, 0 errors" in out and "exec" in out
     recs = [json.loads(line) for line in (tmp_path / "runs/eval/s/trajectories.jsonl").open()]
-    assert all(r["env"] == "sql" and r["metrics"]["exec"] == 1.0 for r in recs)
+    assert all(r["env"] == "sql" and r["metrics"]["em"] == 1.0 for r in recs)
     assert recs[0]["messages"][2]["tool_calls"][0]["function"]["name"] == "execute_sql"
 
 
@@ -258,3 +362,12 @@ def test_grpo_smoke_run_on_synthetic_sql_tasks(trained, tiny_model, small_index,
     assert result.metrics["steps"] == 2 and result.metrics["reward_funcs"] == ["sql_execution", "format_reward"]
     assert all("rewards/sql_execution" in h for h in result.metrics["history"])
     assert result.metrics["evals"][-1]["n"] == 2 and "exec" in result.metrics["evals"][-1]
+
+
+def test_grpo_sql_credit_settings_reach_the_training_environment():
+    from agentrl.train.grpo import GRPOSettings, build_task
+
+    env = build_task(GRPOSettings(env="sql", sql_partial_credit=0.3, sql_jaccard=True), {}).make_env()
+    assert (env._partial, env._jaccard) == (0.3, True)
+    env = build_task(GRPOSettings(env="sql"), {"eval": {"sql_partial_credit": 0.05}}).make_env()
+    assert (env._partial, env._jaccard) == (0.05, False)

@@ -32,6 +32,8 @@ class EvalConfig:
     top_k: int = 5
     search_method: str | None = None  # bm25 | dense | hybrid; default: the index's
     max_searches: int = 4
+    sql_partial_credit: float = 0.1  # SQL exec score when statements ran but the result/final table is wrong
+    sql_jaccard: bool = False  # SQL: Jaccard overlap of rows as partial credit when larger than the above
     passage_chars: int | None = None
     prompt: str | None = None  # default: the env's prompt
     policy: str = "endpoint"
@@ -55,7 +57,7 @@ def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
     cfg = from_dict(EvalConfig, (preset or {}).get("eval"), "eval")
     o = {k: v for k, v in overrides.items() if v is not None}
     for key in ("name", "qa", "limit", "offset", "env", "index", "mcp_url", "top_k", "max_searches", "prompt",
-                "policy", "passage_chars", "search_method"):
+                "policy", "passage_chars", "search_method", "sql_partial_credit", "sql_jaccard"):
         if key in o:
             setattr(cfg, key, o[key])
     for key in ("base_url", "model", "api_key", "temperature", "top_p", "max_tokens"):
@@ -103,7 +105,8 @@ def build_task(cfg: EvalConfig, preset: dict | None = None):
     if cfg.env == "sql":
         from agentrl.tasks import sql_task
 
-        return sql_task(prompt=cfg.prompt or "sql", max_calls=cfg.max_searches)
+        return sql_task(prompt=cfg.prompt or "sql", max_calls=cfg.max_searches,
+                        partial_credit=cfg.sql_partial_credit, jaccard=cfg.sql_jaccard)
     raise DataError(f"unknown env '{cfg.env}' (search, sql)")
 
 

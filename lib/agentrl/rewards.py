@@ -88,21 +88,26 @@ def _sql_metric(key: str, completions, environments) -> list[float | None]:
 
 
 def sql_execution(prompts, completions, completion_ids=None, environments=None, **kwargs) -> list[float | None]:
-    """Execution match of each SQL episode: 1 for the right result set / final table, the configured partial
-    credit (default 0.1, or Jaccard overlap when enabled) when statements ran but the outcome is wrong, 0 when
-    nothing ran; None outside the SQL environment."""
+    """Execution match of each SQL episode, judged on what the statements did, not on the <answer> text:
+    1.0 when the last successful SELECT returned exactly the label values (SELECT tasks) or the final table
+    equals what the gold statement makes of a fresh copy (INSERT/UPDATE/DELETE); otherwise the configured
+    partial credit (default 0.1; the Jaccard overlap of rows when enabled and larger) if at least one statement
+    ran without error; 0.0 when every statement failed or none ran. None outside the SQL environment."""
     return _sql_metric("exec", completions, environments)
 
 
 def sql_answer(prompts, completions, completion_ids=None, environments=None, **kwargs) -> list[float | None]:
-    """1.0 when the SQL episode got it right: the answer values equal the label on normalised values (SELECT) or
-    the final table equals the gold one (INSERT/UPDATE/DELETE); None outside the SQL environment."""
+    """The SQL episode's headline 0/1 match (its ``em``): for SELECT tasks the answer match, 1.0 when the
+    ``<answer>`` values equal the label on normalised values (AgentBench's rule, whether or not a query ran);
+    for INSERT/UPDATE/DELETE tasks 1.0 when the final table equals the gold one. None outside the SQL
+    environment."""
     return _sql_metric("em", completions, environments)
 
 
 def make_judge_reward(judge):
     """Return an async reward ``judge(prompts, completions, question, golden_answers)`` backed by an LLMJudge:
-    batched, cached, retried, and falling back (recorded by the judge) instead of failing the step."""
+    batched, cached, retried; empty or unparseable replies fall back (recorded, logged as judge/fallback_share)
+    instead of failing the step, while an endpoint that refuses the run (401/403/404) stops training."""
 
     async def judge_reward(prompts, completions, completion_ids=None, golden_answers=None, question=None,
                            **kwargs) -> list[float]:

@@ -8,11 +8,18 @@ Sample task (AgentBench DB Bench, evaluation only)::
      "metadata": {"kind": "select", "type": ["other"], "table": {"table_name": ..., "table_info": {...}},
                   "sql": "SELECT ...", "label": ["March 19, 1998"]}}
 
-Metrics of an episode: ``answer_match`` (SELECT: the <answer> values equal the label, AgentBench's rule),
-``state_match`` (INSERT/UPDATE/DELETE: the final table equals what the gold statement makes of a fresh
-copy), ``result_match`` (the last successful SELECT returned exactly the label), ``exec`` (1 for a match,
-``partial_credit`` when statements ran but the outcome is wrong, 0 when nothing ran), and ``em``/``f1``/``acc``
-= the 0/1 match, so phase-02 statistics and curation work unchanged.
+Metrics of an episode:
+
+- ``answer_match`` (SELECT): the <answer> values equal the label on normalised values (AgentBench's rule).
+- ``state_match`` (INSERT/UPDATE/DELETE): the final table equals what the gold statement makes of a fresh copy.
+- ``result_match`` (SELECT): the last successful SELECT returned exactly the label values (up to
+  ``SQLLimits.max_scored_rows`` rows are kept for this, not just the rows shown; a longer result never matches).
+- ``exec``, execution match: 1 when the result set (SELECT: ``result_match``) or the final table
+  (``state_match``) is right, whatever the <answer> says; otherwise ``partial_credit`` (default 0.1), or the
+  Jaccard overlap of result rows / table rows with the expected ones when ``jaccard`` is on and that is larger,
+  if at least one statement ran without error; 0 when every statement failed or none was run.
+- ``em``/``f1``/``acc``/``precision``/``recall``: the headline 0/1 match, ``answer_match`` for SELECT and
+  ``state_match`` for the others, so phase-02 statistics and curation work unchanged.
 
 Sandbox (a security boundary: the model runs SQL it wrote): an in-memory database per episode; an
 authorizer that allows reading, and writing rows of the task's own table only (no ATTACH, no DDL, no
@@ -24,6 +31,7 @@ call; results capped in rows and characters.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
 import time
@@ -50,6 +58,8 @@ class SQLLimits:
 
     time_limit: float = 1.0  # seconds per statement
     max_rows: int = 20  # rows shown to the model
+    max_scored_rows: int = 10_000  # rows of a SELECT kept for scoring (result match, Jaccard)
+    max_scored_chars: int = 1_000_000  # ... and their total text size: a wide result must not eat the memory
     max_cell_chars: int = 80
     max_output_chars: int = 2000
     max_length: int = 100_000  # longest string or blob SQLite may build
@@ -130,30 +140,62 @@ def sandbox(conn: sqlite3.Connection, table_name: str, limits: SQLLimits) -> Non
     conn.setlimit(sqlite3.SQLITE_LIMIT_COMPOUND_SELECT, 50)
 
 
-def run_statement(conn: sqlite3.Connection, sql: str, limits: SQLLimits) -> tuple[list[str], list[tuple], bool]:
-    """Execute one statement under the time limit; return ``(columns, rows, truncated)`` (rows capped).
+def _size(row: tuple) -> int:
+    """Return the approximate size of a result row in characters/bytes (8 per number or NULL)."""
+    return sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
 
-    Raises sqlite3.Error (including the time limit, as "interrupted") or ValueError for bad input.
+
+def run_statement(conn: sqlite3.Connection, sql: str, limits: SQLLimits) -> tuple[list[str], list[tuple], bool]:
+    """Execute one statement under the time limit; return ``(columns, rows, complete)``.
+
+    ``rows`` holds up to ``max(max_rows, max_scored_rows)`` rows for scoring, more than the model is shown (past
+    the first ``max_rows``, only while their text stays under ``max_scored_chars``); ``complete`` is False when
+    the result had more rows than were kept (or the deadline came once ``max_rows`` were read: the fetch runs
+    under the statement's deadline). Raises
+    sqlite3.Error (including the time limit, as "interrupted") or ValueError for bad input.
     """
     if not isinstance(sql, str) or not sql.strip():
         raise ValueError("query must be a non-empty SQL statement")
+    cap = max(limits.max_rows, limits.max_scored_rows)
     deadline = time.monotonic() + limits.time_limit
     conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 1000)
+    rows: list[tuple] = []
+    complete = True
+    cur = None
     try:
         cur = conn.execute(sql)
-        rows = cur.fetchmany(limits.max_rows + 1) if cur.description else []
         columns = [d[0] for d in cur.description or []]
+        changes, size = conn.total_changes, 0
+        try:
+            for row in cur if columns else ():  # row by row: a batch of wide rows could overshoot the budget
+                size += _size(row)
+                # a row past the cap (or past the text budget, once the rows to show are in) exists: stop here
+                if len(rows) == cap or (size > limits.max_scored_chars and len(rows) >= limits.max_rows):
+                    complete = False
+                    break
+                rows.append(row)
+        except sqlite3.OperationalError as exc:
+            # a slow read that already produced the rows to show keeps them (as a cut result), like when only
+            # those were fetched; a write (RETURNING) was rolled back, so its rows must not be shown
+            if str(exc) != "interrupted" or len(rows) < limits.max_rows or conn.total_changes != changes:
+                raise
+            complete = False
     finally:
         conn.set_progress_handler(None, 0)
-    return columns, rows[:limits.max_rows], len(rows) > limits.max_rows
+        if cur is not None:
+            cur.close()  # release an unfinished statement: its remaining rows are never read
+    return columns, rows, complete
 
 
 def format_result(columns: list[str], rows: list[tuple], truncated: bool, limits: SQLLimits, changes: int) -> str:
-    """Return a compact text table of a result (cells and total size cut, with a note)."""
+    """Return a compact text table of a result: the first ``max_rows`` rows (a note when ``truncated`` or there
+    were more), cells and total size cut, with a note."""
     if not columns:
         return f"OK ({changes} row{'s' if changes != 1 else ''} affected)"
     if not rows:
         return "(no rows) columns: " + " | ".join(columns)
+    truncated = truncated or len(rows) > limits.max_rows
+    rows = rows[:limits.max_rows]
 
     def cell(v) -> str:
         s = "NULL" if v is None else str(v)
@@ -169,7 +211,10 @@ def format_result(columns: list[str], rows: list[tuple], truncated: bool, limits
 
 
 def normalize_value(v) -> str:
-    """Return a comparable form of a value: lower-case text, numbers canonical (1.0 == 1), NULL/empty as "none"."""
+    """Return a comparable form of a value: lower-case text, numbers canonical (1.0 == 1), NULL/empty as "none".
+
+    Text that parses to an infinite or NaN float ("1e999") stays text: ``int(inf)`` would raise inside a
+    reward call."""
     if v is None:
         return "none"
     s = str(v).strip().strip("'\"").strip()
@@ -179,7 +224,7 @@ def normalize_value(v) -> str:
         f = float(s.replace(",", "")) if re.fullmatch(r"-?[\d,]*\.?\d+(e-?\d+)?", s, re.I) else None
     except ValueError:
         f = None
-    if f is not None:
+    if f is not None and math.isfinite(f):
         return repr(round(f, 6)).rstrip("0").rstrip(".") if f != int(f) else str(int(f))
     return " ".join(s.lower().split())
 
@@ -224,7 +269,8 @@ class SQLEnv:
         meta = row.get("metadata") or (json.loads(row["task"]) if isinstance(row.get("task"), str) else row.get("task"))
         self._meta = meta or {}
         self.calls = self.errors = self.ok = 0
-        self._last_select: list | None = None
+        self._last_select: list | None = None  # values of the last successful SELECT (up to max_scored_rows)
+        self._last_complete = True  # False when that result had more rows than were kept
         self._conn = None
         table = self._meta.get("table")
         if table:
@@ -244,7 +290,7 @@ class SQLEnv:
         self.calls += 1
         try:
             before = self._conn.total_changes
-            columns, rows, truncated = run_statement(self._conn, query, self._limits)
+            columns, rows, complete = run_statement(self._conn, query, self._limits)
         except (sqlite3.Error, ValueError, OverflowError) as exc:
             self.errors += 1
             msg = str(exc)
@@ -255,8 +301,8 @@ class SQLEnv:
             return f"Error: {msg}"
         self.ok += 1
         if columns:
-            self._last_select = [v for r in rows for v in r]
-        return format_result(columns, rows, truncated, self._limits, self._conn.total_changes - before)
+            self._last_select, self._last_complete = [v for r in rows for v in r], complete
+        return format_result(columns, rows, not complete, self._limits, self._conn.total_changes - before)
 
     def _expected_state(self) -> Counter | None:
         gold = self._meta.get("sql")
@@ -270,30 +316,33 @@ class SQLEnv:
             fresh.close()
 
     def _score(self, answer: str | None) -> dict[str, float]:
+        """Return the episode's metrics (see the module docstring) for the final ``answer`` text."""
         label = self._meta.get("label") or []
         overlap = 0.0
-        if self._meta.get("kind") == "select":
-            match = answer_matches(answer, label)
-            result = self._last_select is not None and values_match(self._last_select, label)
-            state = 0.0
-            if self._jaccard and self._last_select is not None:
-                overlap = _jaccard(Counter(map(normalize_value, self._last_select)),
-                                   Counter(map(normalize_value, label)))
+        select = self._meta.get("kind") == "select"
+        if select:
+            answered = answer_matches(answer, label)
+            last = self._last_select
+            # execution match looks at what the statements returned, not at the <answer> text
+            executed = last is not None and self._last_complete and values_match(last, label)
+            if self._jaccard and last is not None:
+                overlap = _jaccard(Counter(map(normalize_value, last)), Counter(map(normalize_value, label)))
+            result, state, headline = executed, 0.0, answered
         else:
             expected = self._expected_state()
             final = table_state(self._conn, self._meta["table"]["table_name"]) if self._conn else None
-            state = float(expected is not None and final == expected)
-            match, result = bool(state), False
+            executed = expected is not None and final == expected
             if self._jaccard and expected is not None and final is not None:
                 overlap = _jaccard(final, expected)
-        exec_score = 1.0 if match else (max(self._partial, overlap) if self.ok else 0.0)
-        m = float(match)
-        return {"exec": exec_score, "answer_match": m if self._meta.get("kind") == "select" else 0.0,
-                "state_match": state, "result_match": float(result), "em": m, "f1": m, "acc": m,
-                "precision": m, "recall": m}
+            answered, result, state, headline = False, False, float(executed), executed
+        exec_score = 1.0 if executed else (max(self._partial, overlap) if self.ok else 0.0)
+        m = float(headline)
+        return {"exec": exec_score, "answer_match": float(answered), "state_match": state,
+                "result_match": float(result), "em": m, "f1": m, "acc": m, "precision": m, "recall": m}
 
 
 def _jaccard(a: Counter, b: Counter) -> float:
+    """Return the multiset Jaccard overlap |a & b| / |a | b| (0 when both are empty)."""
     union = sum((a | b).values())
     return sum((a & b).values()) / union if union else 0.0
 

@@ -55,6 +55,8 @@ class GRPOSettings:
     search_method: str | None = None  # bm25 | dense | hybrid; default: the index's
     max_searches: int = 4
     passage_chars: int | None = None
+    sql_partial_credit: float | None = None  # SQL: credit for statements that ran but missed (default [eval]'s 0.1)
+    sql_jaccard: bool | None = None  # SQL: Jaccard overlap of result rows / final table as partial credit
     eval_every: int = 0  # steps between agent evaluations (0 = only at the end)
     eval_questions: int = 20
     eval_offset: int | None = None  # default: after the training slice, else the last eval_questions rows
@@ -91,7 +93,8 @@ def build_task(settings: GRPOSettings, preset: dict):
     from agentrl.evaluate import eval_config
 
     cfg = eval_config(preset, env=settings.env, top_k=settings.top_k, max_searches=settings.max_searches,
-                      passage_chars=settings.passage_chars, search_method=settings.search_method)
+                      passage_chars=settings.passage_chars, search_method=settings.search_method,
+                      sql_partial_credit=settings.sql_partial_credit, sql_jaccard=settings.sql_jaccard)
     return eval_task(cfg, preset)
 
 
