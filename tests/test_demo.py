@@ -17,7 +17,7 @@ def test_demo_runs_every_phase_and_reruns_cleanly(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     for phase in ("00 corpus", "01 eval", "01 eval sql", "02 data", "03 sft", "04 grpo"):
         assert phase in first.stdout, first.stdout
-    assert "exec (gold SQL) 1" in first.stdout
+    assert "oracle em 1" in first.stdout
     for path in ("runs/corpus/hotpotqa_sample/index/index.json", "runs/eval/oracle/metrics.json",
                  "runs/eval/sql_oracle/metrics.json", "runs/data/sft_demo/trl/train.jsonl",
                  "runs/sft/sft_demo/adapter/adapter_config.json", "runs/grpo/grpo_demo/metrics.json"):

@@ -116,7 +116,8 @@ def demo_sql(preset: dict, rebuild: bool) -> StepResult:
     rows = tasks[::max(1, len(tasks) // n)][:n]  # a spread of SELECT and INSERT/UPDATE tasks
     metrics = run_eval(cfg, preset, rows=rows, resume=not rebuild, overwrite=rebuild)
     return StepResult("01 eval sql", f"runs/eval/{cfg.name}", {
-        "oracle tasks": metrics["n"], "exec (gold SQL)": metrics["overall"]["exec"],
+        # em = AgentBench's score (answer for SELECT, final table for INSERT/UPDATE); exec = result set / table
+        "oracle tasks": metrics["n"], "oracle em": metrics["overall"]["em"], "exec": metrics["overall"]["exec"],
         "task types": len(metrics.get("by_type", {}))})
 
 
