@@ -98,11 +98,12 @@ def demo_sft(preset: dict, rebuild: bool) -> StepResult:
     else:
         metrics = read_json(out / "metrics.json")
     loss, check = metrics["loss"], metrics.get("check") or {}
-    return StepResult("03 sft", str(out), {
-        "loss first→last": f"{loss[0]['loss']:.3f}→{loss[-1]['loss']:.3f}",
-        "well-formed tool-call episodes base→sft": f"{check['base']['episodes_with_wellformed_call']:.2f}→"
-                                                    f"{check['sft']['episodes_with_wellformed_call']:.2f}",
-        "steps": metrics["steps"], "backend": metrics["backend"]})
+    figures = {"loss first→last": f"{loss[0]['loss']:.3f}→{loss[-1]['loss']:.3f}"}
+    if check:  # empty when no held-out question was left
+        for key, label in (("episodes_with_call", "tool-call episodes"),
+                           ("episodes_with_wellformed_call", "well-formed tool-call episodes")):
+            figures[f"{label} base→sft"] = f"{check['base'][key]:.2f}→{check['sft'][key]:.2f}"
+    return StepResult("03 sft", str(out), {**figures, "steps": metrics["steps"], "backend": metrics["backend"]})
 
 
 def demo_sql(preset: dict, rebuild: bool) -> StepResult:
