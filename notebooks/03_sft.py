@@ -106,9 +106,10 @@ def _(loaded, metrics, out, preset, settings):
     sft.write_run(out, settings, metrics, Path(settings.data))
     table = pl.DataFrame([{"model": k, **{m: v for m, v in c.items() if m != "finish"}} for k, c in check.items()])
     print(table)
-    _traj = read_jsonl(out / "check" / "sft" / "trajectories.jsonl")[0]
-    mo.vstack([mo.md("## 5 · Inference check on held-out questions (base vs adapter)"), table,
-               mo.md(chat_markdown(_traj, 600))])
+    _traj = read_jsonl(out / "check" / "sft" / "trajectories.jsonl")[0] if check else None
+    mo.vstack([mo.md("## 5 · Inference check on held-out questions (base vs adapter)"),
+               table if check else mo.md("No held-out question left (all were in the SFT data): check skipped."),
+               mo.md(chat_markdown(_traj, 600) if _traj else "")])
     return
 
 
