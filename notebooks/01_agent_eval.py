@@ -11,7 +11,7 @@ with app.setup:
 
     from agentrl import notebook as nb
     from agentrl.config import load_preset
-    from agentrl.evaluate import eval_config, run_eval
+    from agentrl.evaluate import build_task, eval_config, run_eval
     from agentrl.io import read_json, read_jsonl
     from agentrl.viewer import chat_markdown, metric_by_type_chart, trajectories_frame
 
@@ -72,8 +72,9 @@ def _(base_url, extra_body, limit, max_tokens, model, name, policy, preset, run_
     if run_button.value or not nb.interactive():
         # in chunks, so the table fills in as trajectories arrive (each chunk resumes the run)
         _step = max(2 * cfg.run.concurrency, 50) if nb.interactive() else cfg.limit
+        _task = build_task(cfg, preset)  # the retriever is loaded once, not per chunk
         for _n in range(_step, cfg.limit + _step, _step):
-            run_eval(replace(cfg, limit=min(_n, cfg.limit)), preset, resume=True)
+            run_eval(replace(cfg, limit=min(_n, cfg.limit)), preset, resume=True, task=_task)
             if nb.interactive():
                 _sofar = read_jsonl(out_dir / "trajectories.jsonl")
                 mo.output.replace(mo.vstack([mo.md(f"{len(_sofar)} / {cfg.limit} questions done…"),

@@ -133,7 +133,7 @@ class LLMJudge:
         """
         import openai
 
-        from agentrl.policies.endpoint import FatalEndpointError
+        from agentrl.policies.endpoint import FatalEndpointError, fatal_api_errors
 
         if not prediction or not prediction.strip():
             return {"correct": False, "status": "no_prediction", "attempts": 0, "raw": ""}
@@ -154,7 +154,7 @@ class LLMJudge:
                               {"role": "user", "content": prompt(question, golds, prediction)}],
                     **({"extra_body": self.cfg.extra_body} if self.cfg.extra_body else {}))
                 raw = (resp.choices[0].message.content or "") if resp.choices else ""
-            except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
+            except fatal_api_errors() as exc:
                 raise FatalEndpointError(f"judge model '{self.model}' at {self.base_url}: "
                                          f"{type(exc).__name__}: {exc}") from None
             except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:

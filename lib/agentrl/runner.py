@@ -26,6 +26,7 @@ from agentrl.agent import error_trajectory, run_episode
 from agentrl.io import DataError, JsonlAppender, iter_jsonl, read_json, write_json, write_jsonl
 from agentrl.manifest import scrub, write_manifest
 from agentrl.metrics import aggregate, tool_call_quality
+from agentrl.policies.endpoint import FatalEndpointError
 
 TRAJECTORIES = "trajectories.jsonl"
 # Policy settings that change how a run is carried out, not what it produces: left out of the fingerprint so a
@@ -158,23 +159,17 @@ async def arun_batch(policy, task, rows: list[dict], out_dir: str | Path, cfg: R
                                                   cfg.item_timeout)
                 except TimeoutError:
                     traj = error_trajectory(policy, task, row, f"timeout after {cfg.item_timeout:g}s", started)
+                except FatalEndpointError as exc:
+                    fatal.append(exc)
+                    return
                 except Exception as exc:
-                    from agentrl.policies.endpoint import FatalEndpointError
-
-                    if isinstance(exc, FatalEndpointError):
-                        fatal.append(exc)
-                        return
                     traj = error_trajectory(policy, task, row, scrub(f"{type(exc).__name__}: {exc}", secrets), started)
                 if annotate is not None and traj.get("error") is None:
                     try:
                         await annotate(traj)
-                    except Exception as exc:
-                        from agentrl.policies.endpoint import FatalEndpointError
-
-                        if isinstance(exc, FatalEndpointError):  # e.g. the judge's key or model is wrong
-                            fatal.append(exc)
-                            return
-                        raise
+                    except FatalEndpointError as exc:  # e.g. the judge's key or model is wrong
+                        fatal.append(exc)
+                        return
                 out.write(traj)
                 progress.update(traj)
 

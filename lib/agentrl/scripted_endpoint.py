@@ -40,6 +40,11 @@ from collections import defaultdict, deque
 _MARK = re.compile(r"\[\[(\w+)(?::([^\]]*))?\]\]")
 
 
+def _first_user(messages: list[dict]):
+    """The content of the first user message ("" when there is none): it carries the script markers."""
+    return next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+
+
 def _markers(text: str) -> dict[str, str]:
     return {m.group(1): (m.group(2) or "") for m in _MARK.finditer(text or "")}
 
@@ -68,7 +73,7 @@ class Script:
             return 404, {"error": {"message": f"The model `{model}` does not exist.", "type": "NotFoundError",
                                    "code": 404}}, {}
         messages = body.get("messages") or []
-        first_user = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+        first_user = _first_user(messages)
         marks = _markers(first_user)
         if "drop" in marks and self._first_n("drop:" + first_user, marks["drop"]):
             return 0, {}, {}  # status 0: the HTTP layer drops the connection
@@ -100,13 +105,7 @@ class Script:
 
     def recorded(self, contains: str = "") -> list[dict]:
         """Return the recorded request bodies whose first user message contains ``contains``."""
-        out = []
-        for body in list(self.bodies):
-            first_user = next((m.get("content") or "" for m in body.get("messages") or [] if m.get("role") == "user"),
-                              "")
-            if contains in str(first_user):
-                out.append(body)
-        return out
+        return [body for body in list(self.bodies) if contains in str(_first_user(body.get("messages") or []))]
 
     def _agent(self, mode: str, messages: list[dict], question: str):
         tool_msgs = [m for m in messages if m.get("role") == "tool"]

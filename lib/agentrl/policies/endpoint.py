@@ -42,6 +42,14 @@ class FatalEndpointError(RuntimeError):
     """An error no retry can fix (bad key, unknown model, malformed request): the run should stop."""
 
 
+def fatal_api_errors() -> tuple[type[Exception], ...]:
+    """Return the openai exceptions that mean the endpoint refuses the run (401, 403, 404): no retry or
+    fallback can fix a wrong key or model, so the policy and the judge turn them into FatalEndpointError."""
+    import openai
+
+    return openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError
+
+
 def load_dotenv(path: str | Path = ".env") -> dict[str, str]:
     """Return KEY=VALUE pairs from a .env file (missing file: {}); quotes are stripped, comments skipped."""
     path = Path(path)
@@ -149,7 +157,7 @@ class EndpointPolicy:
                 await asyncio.sleep(backoff_delay(attempt, self.cfg.backoff_base, self.cfg.backoff_max,
                                                   _retry_after(exc)))
                 attempt += 1
-            except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
+            except fatal_api_errors() as exc:
                 raise FatalEndpointError(f"{type(exc).__name__}: {exc}") from None
 
     async def aclose(self) -> None:

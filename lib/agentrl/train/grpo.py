@@ -289,15 +289,11 @@ def summarize(history: list[dict], reward_names: list[str]) -> dict:
 
 def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | Path = "runs") -> GRPOResult:
     """Train with GRPO, evaluate along the way and at the end, save the adapter; return a GRPOResult."""
-    from agentrl.train.models import import_backend, load_for_training
-
-    import_backend(settings.model)  # unsloth (if it is the backend) before transformers
-    from transformers import set_seed
+    from agentrl.train.models import load_for_training
 
     preset = preset or {}
     out = Path(runs) / "grpo" / settings.name
-    set_seed(settings.seed)
-    loaded = load_for_training(settings.model, adapter=settings.adapter)
+    loaded = load_for_training(settings.model, adapter=settings.adapter, seed=settings.seed)
     loaded.tokenizer.padding_side = "left"  # generation pads on the left
     task = build_task(settings, preset)
     train_rows, held_out = split_rows(settings, preset)

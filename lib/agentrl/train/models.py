@@ -80,18 +80,6 @@ def choose_backend(requested: str) -> tuple[str, str]:
     return "transformers", why
 
 
-def import_backend(cfg: ModelConfig) -> tuple[str, str]:
-    """Return ``(backend, reason)`` for ``cfg``, importing unsloth now when it is the backend: Unsloth patches
-    trl and transformers when it is imported and warns (with fewer optimisations) if they came first, so call
-    this before anything imports them."""
-    backend, reason = choose_backend(cfg.backend)
-    if backend == "unsloth":
-        os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")  # never let Unsloth apt-get or git clone on its own
-        import unsloth  # noqa: F401
-
-    return backend, reason
-
-
 def adapter_rank(adapter: str | None) -> int | None:
     """Return the LoRA rank ``r`` saved in ``adapter/adapter_config.json``, or None without an adapter."""
     if adapter is None:
@@ -112,29 +100,39 @@ def _dtype(cfg: ModelConfig):
     return torch.float32
 
 
-def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | None = None) -> LoadedModel:
+def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | None = None,
+                      seed: int | None = None) -> LoadedModel:
     """Return the model and tokenizer on the chosen backend: a fresh LoRA when ``lora``, or the trainable LoRA
-    ``adapter`` (e.g. the SFT one, to continue with GRPO)."""
+    ``adapter`` (e.g. the SFT one, to continue with GRPO). ``seed`` seeds every RNG before the LoRA weights are
+    initialised (the trainer seeds only later)."""
     from pathlib import Path
 
     if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
         from agentrl.io import DataError
 
         raise DataError(f"{adapter}: adapter not found (expected adapter_config.json in it)")
+    backend, reason = choose_backend(cfg.backend)
+    log.info("training backend: %s (%s)", backend, reason)
+    if backend == "unsloth":
+        # Unsloth patches trl and transformers when imported and warns (fewer optimisations) if they came first:
+        # import it before anything below imports them
+        os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")  # never let Unsloth apt-get or git clone on its own
+        import unsloth  # noqa: F401
     if Path(cfg.name).name == "tiny" and not Path(cfg.name).exists():  # the offline demo model: built on first use
         from agentrl.tiny import ensure_tiny_model
 
         ensure_tiny_model(cfg.name)
-    backend, reason = choose_backend(cfg.backend)
-    log.info("training backend: %s (%s)", backend, reason)
+    if seed is not None:
+        from transformers import set_seed
+
+        set_seed(seed)
     if backend == "unsloth":
         return _load_unsloth(cfg, lora, reason, adapter)
     return _load_transformers(cfg, lora, reason, adapter)
 
 
 def _load_unsloth(cfg: ModelConfig, lora: bool, reason: str, adapter: str | None = None) -> LoadedModel:
-    os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")  # never let Unsloth apt-get or git clone on its own
-    from unsloth import FastLanguageModel  # must be imported before trl/transformers to patch them
+    from unsloth import FastLanguageModel
 
     checkpointing = "unsloth" if cfg.gradient_checkpointing else False
     # vLLM reserves LoRA slots of max_lora_rank: it must cover the adapter GRPO continues from (SFT used r 64)

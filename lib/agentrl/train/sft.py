@@ -149,13 +149,9 @@ class SFTResult:
 
 def load_model(settings: SFTSettings):
     """Seed everything, then load the base model with LoRA on the chosen backend (agentrl.train.models)."""
-    from agentrl.train.models import import_backend, load_for_training
+    from agentrl.train.models import load_for_training
 
-    import_backend(settings.model)  # unsloth (if it is the backend) before transformers
-    from transformers import set_seed
-
-    set_seed(settings.seed)  # the LoRA weights are initialised before the trainer seeds anything
-    return load_for_training(settings.model)  # before trl is imported: Unsloth patches it on import
+    return load_for_training(settings.model, seed=settings.seed)  # before trl is imported: Unsloth patches it
 
 
 @dataclass
