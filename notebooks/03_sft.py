@@ -11,7 +11,6 @@ with app.setup:
     import polars as pl
 
     from agentrl import notebook as nb
-    from agentrl.config import load_preset
     from agentrl.io import read_jsonl
     from agentrl.train import sft
     from agentrl.viewer import chat_markdown
@@ -43,18 +42,20 @@ def _():
     from agentrl.train.models import choose_backend
 
     args = nb.cli_args()
-    preset = load_preset(nb.arg(args, "config", "demo"))
+    preset, which = nb.choose_preset(args)
+    built = nb.ensure_demo_inputs(preset, "sft")  # a fresh runtime: the demo's earlier phases, quickly
     settings = sft.sft_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None))
     backend, reason = choose_backend(settings.model.backend)
     mo.md(f"""
     ## 1 · Install
     Locally `uv sync` has everything for the CPU path. On Colab or a GPU box the exported notebook's first cell
-    installs `unsloth` and this repository (`scripts/export_to_ipynb.sh`).
+    installs the pinned GPU stack and this repository (`scripts/export_to_ipynb.sh`).
 
+    {which}{" · built first: " + ", ".join(built) if built else ""} ·
     torch {torch.__version__} · CUDA available: **{torch.cuda.is_available()}** · unsloth installed:
     **{importlib.util.find_spec("unsloth") is not None}** → backend **{backend}** ({reason})
     """)
-    return preset, settings
+    return args, preset, settings
 
 
 @app.cell
@@ -86,12 +87,12 @@ def _():
 
 
 @app.cell
-def _(data, loaded, settings, train_button):
+def _(args, data, loaded, settings, train_button):
     out = Path("runs") / "sft" / settings.name
     mo.stop(nb.interactive() and not train_button.value,
             mo.md(f"Press **Train** ({settings.max_steps} steps, lr {settings.learning_rate})."))
     trainer = sft.make_trainer(settings, loaded, data, out)
-    metrics = sft.train(trainer, loaded, data)
+    metrics = sft.train(trainer, loaded, data, resume=nb.arg(args, "resume", False))
     sft.save_adapter(trainer.model, loaded.tokenizer, out, settings)
     loss = pl.DataFrame(metrics["loss"])
     print(f"loss {loss['loss'][0]:.3f} -> {loss['loss'][-1]:.3f} over {metrics['steps']} steps")
@@ -117,7 +118,7 @@ def _(loaded, metrics, out, preset, settings):
 def _():
     merge_button = mo.ui.run_button(label="Merge to 16-bit")
     mo.vstack([mo.md("## 6 · Save\nThe adapter is in `runs/sft/<name>/adapter`. Merge it for serving without "
-                     "`--enable-lora` (see docs/colab.md)."), merge_button])
+                     "`--enable-lora --max-lora-rank 64` (see docs/colab.md)."), merge_button])
     return (merge_button,)
 
 

@@ -8,7 +8,6 @@ with app.setup:
     import polars as pl
 
     from agentrl import notebook as nb
-    from agentrl.config import load_preset
     from agentrl.envs.base import tool_methods
     from agentrl.rewards import answer_f1, format_reward, tool_use
     from agentrl.train import grpo
@@ -36,17 +35,20 @@ def _():
 @app.cell
 def _():
     args = nb.cli_args()
-    preset = load_preset(nb.arg(args, "config", "demo"))
+    preset, which = nb.choose_preset(args)
+    built = nb.ensure_demo_inputs(preset, "grpo")  # a fresh runtime: the demo's earlier phases, quickly
     settings = grpo.grpo_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None))
     task = grpo.build_task(settings, preset)
     env = task.make_env()
     mo.md(f"""
     ## 1 · Environment
+    {which}{" · built first: " + ", ".join(built) if built else ""}
+
     `{type(env).__name__}` · tools: {", ".join(f"`{t}`" for t in tool_methods(env))} · training questions from
     {settings.train_offset} ({settings.train_questions or "all"}) ·
     start from `{settings.adapter or settings.model.name}`
     """)
-    return preset, settings, task
+    return args, preset, settings, task
 
 
 @app.cell
@@ -76,10 +78,10 @@ def _():
 
 
 @app.cell
-def _(preset, settings, train_button):
+def _(args, preset, settings, train_button):
     mo.stop(nb.interactive() and not train_button.value,
             mo.md(f"Press **Train with GRPO** ({settings.max_steps} steps of {settings.batch_size} rollouts)."))
-    result = grpo.run_grpo(settings, preset)
+    result = grpo.run_grpo(settings, preset, resume=nb.arg(args, "resume", False))
     grpo.print_grpo_summary(result.metrics, result.out)
     return (result,)
 
@@ -110,7 +112,8 @@ def _(result):
     mo.md(f"""
     ## 6 · Save
     The adapter is in `{result.out / "adapter"}`. Serve it with
-    `vllm serve <base model> --enable-lora --lora-modules agent={result.out / "adapter"}`, or merge it
+    `vllm serve <base model> --enable-lora --max-lora-rank 64 --lora-modules agent={result.out / "adapter"}`
+    (vLLM's default rank limit is 16; the presets train r 64), or merge it
     (`agentrl.train.sft.merge_adapter`) for a standalone 16-bit model.
     """)
     return

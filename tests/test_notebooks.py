@@ -17,7 +17,7 @@ NOTEBOOKS = ["00_corpus", "01_agent_eval", "02_trajectories", "03_sft", "04_grpo
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     out = tmp_path_factory.mktemp("ipynb")
-    env = {**os.environ, "OUT_DIR": str(out)}
+    env = {**os.environ, "OUT_DIR": str(out), "AGENTRL_GIT_URL": "https://github.com/example/agentrl.git"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "export_to_ipynb.sh")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -38,7 +38,9 @@ def test_a_notebook_that_fails_to_export_fails_the_script(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("this is not a marimo notebook (\n")
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "export_to_ipynb.sh"), str(bad)], cwd=ROOT,
-                          env={**os.environ, "OUT_DIR": str(tmp_path / "out")}, capture_output=True, text=True,
+                          env={**os.environ, "OUT_DIR": str(tmp_path / "out"),
+                               "AGENTRL_GIT_URL": "https://github.com/example/agentrl.git"},
+                          capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode != 0
     assert not (tmp_path / "out" / "broken.ipynb").exists()

@@ -43,3 +43,25 @@ def test_unknown_preset_fields_are_named(tmp_path):
     bad.write_text("[sft.model.lora]\nr = 'big'\n")
     with pytest.raises(DataError, match=r"sft\.model\.lora\.r: expected int"):
         sft_config(load_preset(bad))
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_card_variant_of_a_preset_builds_the_trainers_arguments(name, tmp_path):
+    """The documented GPU commands (`agentrl sft|grpo --config NAME`, with the detected card's [gpu.CARD] tables)
+    get arguments TRL accepts: built here on CPU for the base preset and every card table it carries."""
+    from agentrl.gpu_plan import CARDS, apply_card
+    from agentrl.train import grpo, sft
+
+    preset = load_preset(name)
+    assert set(preset.get("gpu") or {}) <= set(CARDS), "a [gpu.X] table names an unknown card"
+    for card in [None, *(preset.get("gpu") or {})]:
+        p = apply_card(preset, card)
+        s, g = sft.sft_config(p), grpo.grpo_config(p)
+        args = sft.training_args(s, s.model.backend, None, tmp_path)
+        assert args.save_strategy == ("steps" if s.save_steps else "no")
+        gargs = grpo.training_args(g, grpo.reward_functions(g)[1], tmp_path)
+        optim = getattr(gargs.optim, "value", gargs.optim)
+        assert (gargs.loss_type, gargs.epsilon_high, gargs.mask_truncated_completions, optim) == \
+            (g.loss_type, g.epsilon_high, g.mask_truncated_completions, g.optim)
+        if name != "demo":  # GPU presets spell out DAPO's settings, so Unsloth's defaults never apply
+            assert "epsilon_high" in p["grpo"] and "mask_truncated_completions" in p["grpo"] and "optim" in p["grpo"]

@@ -134,7 +134,7 @@ HOSTILE = [
     ("analyze", "ANALYZE"),
     ("two statements at once", "SELECT 1; DROP TABLE {t}"),
     ("recursive CTE bomb", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c"),
-    ("huge cartesian join", "SELECT COUNT(*) FROM {t} a, {t} b, {t} c, {t} d, {t} e, {t} f"),
+    ("huge cartesian join", "SELECT COUNT(*) FROM {t} a, {t} b, {t} c, {t} d, {t} e, {t} f, {t} g, {t} h"),
     ("billion-byte blob", "SELECT length(randomblob(1000000000))"),
     ("billion-byte zeroblob", "SELECT zeroblob(2000000000)"),
     ("very long string", "SELECT length(printf('%.*c', 500000000, 'x'))"),

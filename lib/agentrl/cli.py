@@ -17,9 +17,34 @@ RUNS = Path("runs")
 
 
 def _preset(args) -> dict:
+    """Return the preset of ``--config`` (empty without one), with its ``[gpu.<CARD>]`` settings merged in for
+    commands that take ``--gpu`` (default: the detected card; a note says which)."""
     from agentrl.config import load_preset
 
-    return load_preset(args.config) if getattr(args, "config", None) else {}
+    preset = load_preset(args.config) if getattr(args, "config", None) else {}
+    if hasattr(args, "gpu") and preset.get("gpu"):
+        from agentrl.gpu_plan import apply_card, resolve_card
+
+        card = resolve_card(args.gpu)
+        preset = apply_card(preset, card)
+        if card:
+            print(f"GPU class {card}: the preset's [gpu.{card}] settings apply" if card in preset["gpu"] else
+                  f"GPU class {card}: the preset has no [gpu.{card}] table, its base settings apply", file=sys.stderr)
+    return preset
+
+
+def cmd_gpu_plan(args) -> int:
+    """`agentrl gpu-plan`: estimate GPU memory of a preset's SFT and GRPO on a card; return 0 when it fits, else 1."""
+    from agentrl.gpu_plan import format_plan, plans, resolve_card
+
+    card = resolve_card(args.gpu)
+    if card is None:
+        raise DataError("gpu-plan: no GPU detected; name a card with --gpu T4|L4|A100-40|A100-80|H100")
+    args.gpu = card
+    results = plans(_preset(args), card)
+    for p in results:
+        print(format_plan(p))
+    return 0 if all(p.fits for p in results) else 1
 
 
 # ----------------------------------------------------------------------------- phase 00
@@ -211,8 +236,8 @@ def cmd_sft(args) -> int:
     preset = _preset(args)
     cfg = sft_config(preset, name=args.name, data=args.data, max_steps=args.max_steps, epochs=args.epochs,
                      learning_rate=args.learning_rate, check_questions=args.check_questions, merge=args.merge or None,
-                     model_name=args.model, backend=args.backend)
-    result = run_sft(cfg, preset)
+                     model_name=args.model, backend=args.backend, save_steps=args.save_steps)
+    result = run_sft(cfg, preset, resume=args.resume)
     if result.is_main:
         print_sft_summary(result.metrics, result.out)
     return 0
@@ -228,10 +253,10 @@ def cmd_grpo(args) -> int:
     preset = _preset(args)
     cfg = grpo_config(preset, name=args.name, max_steps=args.max_steps, learning_rate=args.learning_rate,
                       adapter=args.adapter, model_name=args.model, backend=args.backend, env=args.env,
-                      eval_questions=args.eval_questions, eval_every=args.eval_every)
+                      eval_questions=args.eval_questions, eval_every=args.eval_every, save_steps=args.save_steps)
     if args.no_adapter:
         cfg.adapter = None
-    result = run_grpo(cfg, preset)
+    result = run_grpo(cfg, preset, resume=args.resume)
     if result.is_main:
         print_grpo_summary(result.metrics, result.out)
     return 0
@@ -255,6 +280,14 @@ def cmd_demo(args) -> int:
 
 
 # ----------------------------------------------------------------------------- parser
+
+
+def _checkpoint_flags(c) -> None:
+    c.add_argument("--save-steps", type=int, help="checkpoint every N steps (0 = none; default: the preset's)")
+    c.add_argument("--resume", action="store_true",
+                   help="continue from the run's last checkpoint (adapter, optimizer, RNG, trainer state)")
+    c.add_argument("--gpu", help="apply the preset's [gpu.CARD] settings: T4, L4, A100-40, A100-80, H100, auto "
+                                 "(the detected card, the default) or none")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -390,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--learning-rate", type=float)
     c.add_argument("--check-questions", type=int, help="held-out questions for the inference check (0 = skip)")
     c.add_argument("--merge", action="store_true", help="also save a 16-bit merged model")
+    _checkpoint_flags(c)
     c.set_defaults(func=cmd_sft)
 
     c = sub.add_parser("grpo", help="multi-turn GRPO with the tools in the rollouts (TRL environment_factory)")
@@ -404,7 +438,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--learning-rate", type=float)
     c.add_argument("--eval-every", type=int, help="steps between agent evaluations (0 = only at the end)")
     c.add_argument("--eval-questions", type=int)
+    _checkpoint_flags(c)
     c.set_defaults(func=cmd_grpo)
+
+    c = sub.add_parser("gpu-plan", help="estimate GPU memory of a preset's SFT and GRPO on a card (fits or not)")
+    c.add_argument("--config", required=True, help="preset name or TOML path")
+    c.add_argument("--gpu", default="auto", help="T4, L4, A100-40, A100-80, H100 (default: the detected card)")
+    c.set_defaults(func=cmd_gpu_plan)
 
     c = sub.add_parser("tiny-model", help="build the tiny offline model (tokenizer + random Qwen3)")
     c.add_argument("--out", default="runs/models/tiny")

@@ -75,3 +75,52 @@ def arg(args: dict, name: str, default):
     if isinstance(default, bool):
         return str(value).lower() in ("1", "true", "yes")
     return type(default)(value)
+
+
+# the preset a notebook uses on a CUDA machine when none is named: the one that fits the card (docs/colab.md)
+GPU_PRESETS = {"T4": "colab_qwen3_4b", "L4": "colab_qwen3_4b", "A100-40": "colab_qwen3_4b",
+               "A100-80": "gpu_qwen2_5_7b", "H100": "gpu_qwen2_5_7b"}
+
+
+def choose_preset(args: dict, default: str = "demo") -> tuple[dict, str]:
+    """Return ``(preset, sentence saying which and why)``: ``--config`` when given, else on a machine with an
+    NVIDIA GPU the GPU preset for its card (GPU_PRESETS), else ``default``; with a GPU the preset's
+    ``[gpu.<CARD>]`` settings are merged in."""
+    from agentrl.config import load_preset
+    from agentrl.gpu_plan import apply_card, query_gpus
+
+    gpus = query_gpus()
+    card = gpus[0].card if gpus else None
+    name = args.get("config") or (GPU_PRESETS[card] if card else default)
+    preset = load_preset(name)
+    if card:
+        preset = apply_card(preset, card)
+        why = "as asked (--config)" if args.get("config") else f"the GPU preset for a {card}"
+        extra = f" with its [gpu.{card}] settings" if card in (preset.get("gpu") or {}) else ""
+        return preset, f"GPU {gpus[0].name} ({card}): preset **{name}**{extra}, {why}"
+    return preset, f"no NVIDIA GPU: preset **{name}**" + ("" if args.get("config") else " (the CPU default)")
+
+
+def ensure_demo_inputs(preset: dict, phase: str) -> list[str]:
+    """For the demo preset, build what ``phase`` ("sft" or "grpo") reads when an earlier notebook has not run
+    here (a fresh Colab runtime): corpus + index, oracle trajectories, the curated SFT data, and for GRPO the SFT
+    adapter. Return the steps it ran (none for other presets, which need their own earlier phases)."""
+    from agentrl import demo
+    from agentrl.pipeline import corpus_and_index
+    from agentrl.train.grpo import grpo_config
+    from agentrl.train.sft import sft_config
+
+    if Path(preset.get("_path", "")).stem != "demo":
+        return []
+    ran = []
+    data = Path(sft_config(preset).data) / "trl" / "train.jsonl"
+    if not data.exists():
+        corpus_and_index(preset, progress=False)
+        demo.demo_eval(preset, False)
+        demo.demo_data(preset)
+        ran += ["00 corpus", "01 eval", "02 data"]
+    adapter = grpo_config(preset).adapter
+    if phase == "grpo" and adapter and not (Path(adapter) / "adapter_config.json").exists():
+        demo.demo_sft(preset, False)
+        ran.append("03 sft")
+    return ran

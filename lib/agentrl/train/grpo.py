@@ -43,9 +43,22 @@ class GRPOSettings:
     max_tool_calling_iterations: int = 4
     temperature: float = 1.0
     top_p: float = 1.0
+    # The loss and optimiser, passed explicitly so both backends train the same: Unsloth's patched GRPOConfig
+    # changes defaults that stock TRL keeps (for an explicit loss_type="dapo" it sets
+    # mask_truncated_completions=True and epsilon_high=0.28; it defaults optim to adamw_8bit, weight_decay to
+    # 0.001, warmup to 0.1 and vllm_importance_sampling_correction to False). Defaults here are stock TRL's
+    # (but the importance-sampling correction); the GPU presets spell out DAPO's values.
     beta: float = 0.0
     loss_type: str = "dapo"
     scale_rewards: str = "group"
+    epsilon: float = 0.2  # lower clip range
+    epsilon_high: float | None = None  # upper clip range; None = epsilon (DAPO's clip-higher: 0.28)
+    mask_truncated_completions: bool = False  # DAPO: True, completions cut at max_completion_length carry no loss
+    vllm_importance_sampling_correction: bool = False  # off as in Unsloth (TRL's own default is on)
+    optim: str = "adamw_torch"  # GPU presets: adamw_8bit (bitsandbytes, CUDA only)
+    weight_decay: float = 0.0
+    warmup: float = 0.0  # a fraction of the steps (< 1) or a number of steps
+    max_grad_norm: float = 1.0
     learning_rate: float = 1e-6
     lr_scheduler: str = "constant"
     max_steps: int = 200
@@ -70,6 +83,8 @@ class GRPOSettings:
     logging_steps: int = 1
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     seed: int = 42
+    save_steps: int = 0  # a checkpoint (adapter, optimizer, RNG, trainer state) every N steps; 0 = none
+    save_total_limit: int = 2
 
 
 def grpo_config(preset: dict | None = None, **overrides) -> GRPOSettings:
@@ -176,32 +191,49 @@ def training_rows(settings: GRPOSettings, task, preset: dict, rows: list[dict] |
     return out
 
 
-def make_trainer(settings: GRPOSettings, loaded, task, rows: list[dict], out: Path, callbacks=()):
-    """Return TRL's GRPOTrainer with the task's environment as ``environment_factory``."""
+def training_args(settings: GRPOSettings, reward_weights: list[float], out: Path):
+    """Return the GRPOConfig of a run: every loss and optimiser setting explicit (see GRPOSettings), checkpoints
+    every ``save_steps``."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
-    funcs, weights, _ = reward_functions(settings)
+    from agentrl.train.checkpoints import gradient_checkpointing, save_args
+
     use_cpu = not _cuda()
     if settings.batch_size * settings.grad_accum % settings.num_generations:
         raise DataError(f"grpo.batch_size x grad_accum ({settings.batch_size * settings.grad_accum}) must be a "
                         f"multiple of num_generations ({settings.num_generations})")
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=str(out / "trainer"), max_steps=settings.max_steps, learning_rate=settings.learning_rate,
-        lr_scheduler_type=settings.lr_scheduler, per_device_train_batch_size=settings.batch_size,
+        lr_scheduler_type=settings.lr_scheduler, warmup_steps=settings.warmup, optim=settings.optim,
+        weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm,
+        per_device_train_batch_size=settings.batch_size,
         gradient_accumulation_steps=settings.grad_accum, num_generations=settings.num_generations,
         max_completion_length=settings.max_completion_length,
         max_tool_calling_iterations=settings.max_tool_calling_iterations, temperature=settings.temperature,
         top_p=settings.top_p, beta=settings.beta, loss_type=settings.loss_type, scale_rewards=settings.scale_rewards,
-        reward_weights=weights, log_completions=settings.log_completions, num_completions_to_print=2,
-        logging_steps=settings.logging_steps, report_to=settings.report_to, save_strategy="no", seed=settings.seed,
+        epsilon=settings.epsilon, epsilon_high=settings.epsilon_high,
+        mask_truncated_completions=settings.mask_truncated_completions,
+        vllm_importance_sampling_correction=settings.vllm_importance_sampling_correction,
+        reward_weights=reward_weights, log_completions=settings.log_completions, num_completions_to_print=2,
+        logging_steps=settings.logging_steps, report_to=settings.report_to, seed=settings.seed,
         use_cpu=use_cpu, bf16=not use_cpu and _bf16(), fp16=not use_cpu and not _bf16(),
-        gradient_checkpointing=settings.model.gradient_checkpointing,
+        gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing),
         use_vllm=settings.use_vllm, vllm_mode=settings.vllm_mode,
         vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization, vllm_server_host=settings.vllm_server_host,
-        vllm_server_port=settings.vllm_server_port, disable_tqdm=not _tty(),
+        vllm_server_port=settings.vllm_server_port, vllm_max_model_length=settings.model.max_seq_length,
+        disable_tqdm=not _tty(), **save_args(settings.save_steps, settings.save_total_limit),
     )
+
+
+def make_trainer(settings: GRPOSettings, loaded, task, rows: list[dict], out: Path, callbacks=()):
+    """Return TRL's GRPOTrainer with the task's environment as ``environment_factory``."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    funcs, weights, _ = reward_functions(settings)
+    args = training_args(settings, weights, out)
     return GRPOTrainer(model=loaded.model, processing_class=loaded.tokenizer, reward_funcs=funcs, args=args,
                        train_dataset=Dataset.from_list(rows), environment_factory=task.make_env,
                        callbacks=list(callbacks))
@@ -217,6 +249,10 @@ def _bf16() -> bool:
     import torch
 
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def _main_process() -> bool:
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _tty() -> bool:
@@ -247,8 +283,11 @@ def agent_eval(model, tokenizer, settings: GRPOSettings, task, preset: dict, out
 
 
 def eval_callback(settings: GRPOSettings, task, preset: dict, out: Path, results: list, rows: list[dict]):
-    """Return a TrainerCallback that evaluates the policy on ``rows`` every ``settings.eval_every`` steps."""
+    """Return a TrainerCallback that evaluates the policy on ``rows`` every ``settings.eval_every`` steps and
+    writes the evaluations so far to ``out/evals.json`` (a resumed run reads them back)."""
     from transformers import TrainerCallback
+
+    from agentrl.io import write_json
 
     class AgentEval(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
@@ -256,8 +295,21 @@ def eval_callback(settings: GRPOSettings, task, preset: dict, out: Path, results
                     and state.is_world_process_zero:
                 results.append(agent_eval(model, processing_class, settings, task, preset, out / "eval",
                                           state.global_step, rows))
+                write_json(out / "evals.json", results)
 
     return AgentEval()
+
+
+def resumed_evals(out: Path, checkpoint: Path | None) -> list[dict]:
+    """Return the agent evaluations a resumed run keeps: those in ``out/evals.json`` up to the checkpoint's step
+    (later ones are redone from the checkpoint); none for a fresh run."""
+    from agentrl.io import read_json
+
+    path = out / "evals.json"
+    if checkpoint is None or not path.is_file():
+        return []
+    step = int(checkpoint.name.rsplit("-", 1)[1])
+    return [e for e in read_json(path) if e["step"] <= step]
 
 
 @dataclass
@@ -287,8 +339,11 @@ def summarize(history: list[dict], reward_names: list[str]) -> dict:
     return {"history": rows}
 
 
-def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | Path = "runs") -> GRPOResult:
-    """Train with GRPO, evaluate along the way and at the end, save the adapter; return a GRPOResult."""
+def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | Path = "runs", resume: bool = False,
+             callbacks=()) -> GRPOResult:
+    """Train with GRPO (from the last checkpoint when ``resume``: adapter, optimizer, RNG, trainer state and
+    the agent evaluations so far), evaluate along the way and at the end, save the adapter; return a GRPOResult."""
+    from agentrl.train.checkpoints import prepare
     from agentrl.train.models import load_for_training
 
     preset = preset or {}
@@ -298,17 +353,21 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
     task = build_task(settings, preset)
     train_rows, held_out = split_rows(settings, preset)
     rows = training_rows(settings, task, preset, train_rows)
-    evals: list[dict] = []
+    checkpoint = prepare(out / "trainer", resume) if resume or _main_process() else None
+    if checkpoint is None and _main_process():
+        (out / "evals.json").unlink(missing_ok=True)  # an earlier run's: a later --resume must not read it
+    evals = resumed_evals(out, checkpoint)
     trainer = make_trainer(settings, loaded, task, rows, out,
-                           [eval_callback(settings, task, preset, out, evals, held_out)])
+                           [eval_callback(settings, task, preset, out, evals, held_out), *callbacks])
     start = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.perf_counter() - start
     main = trainer.is_world_process_zero()
     names = trainer.reward_func_names
     metrics = {"backend": loaded.backend, "backend_reason": loaded.reason, "train_seconds": round(seconds, 1),
                "steps": trainer.state.global_step, "rewards": dict(settings.rewards), "reward_funcs": names,
                "train_rows": len(rows), "heldout_ids": [r["id"] for r in held_out],
+               "resumed_from": checkpoint.name if checkpoint else None,
                **summarize(trainer.state.log_history, names)}
     if main:
         if held_out and not (evals and evals[-1]["step"] == trainer.state.global_step):

@@ -6,13 +6,14 @@ Unsloth's ``train_on_responses_only`` when TRL does not know the template. Seque
 ``max_length`` are dropped (default: a cut trajectory teaches the model to stop mid-task) or truncated,
 and counted. Output, under ``runs/sft/<name>/``::
 
-    adapter/        LoRA adapter + tokenizer (load with PeftModel or `vllm serve --enable-lora`)
+    adapter/        LoRA adapter + tokenizer (PeftModel, or `vllm serve --enable-lora --max-lora-rank 64`)
     merged/         16-bit merged model, when merge = true
     check/base/     agent run of the base model on held-out questions
     check/sft/      the same questions with the adapter
     metrics.json    loss curve, eval loss, before/after check metrics
     manifest.json   config, backend (and why), versions, counts
     trainer/runs/   TensorBoard logs
+    trainer/checkpoint-<step>/  every ``save_steps`` steps; ``agentrl sft --resume`` continues from the last
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class SFTSettings:
     check_questions: int = 20  # held-out questions for the inference check (0 = skip)
     check_offset: int | None = None  # where to start: [demo].train_questions, else 0; SFT-data questions skipped
     check_max_new_tokens: int = 128
+    save_steps: int = 0  # a checkpoint (adapter, optimizer, RNG, trainer state) every N steps; 0 = none
+    save_total_limit: int = 2  # checkpoints kept (older ones are deleted as new ones are written)
 
 
 def sft_config(preset: dict | None = None, **overrides) -> SFTSettings:
@@ -188,27 +191,40 @@ def load_data(settings: SFTSettings, tokenizer) -> SFTData:
     return SFTData(train, val, counts, train_path, template, trl_knows)
 
 
-def make_trainer(settings: SFTSettings, loaded, data: SFTData, out: Path):
-    """Return TRL's SFTTrainer for the loaded model and data (assistant-only loss)."""
-    from trl import SFTConfig, SFTTrainer
+def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out: Path):
+    """Return the SFTConfig of a run: the preset's fields, checkpoints every ``save_steps``, gradient
+    checkpointing by the Trainer on the transformers backend only (Unsloth applies its own at load time)."""
+    from trl import SFTConfig
+
+    from agentrl.train.checkpoints import gradient_checkpointing, save_args
 
     use_cpu = not _cuda()
-    args = SFTConfig(
+    has_val = data is not None and data.validation is not None
+    return SFTConfig(
         output_dir=str(out / "trainer"), num_train_epochs=settings.epochs, max_steps=settings.max_steps,
         learning_rate=settings.learning_rate, lr_scheduler_type=settings.lr_scheduler,
         warmup_steps=settings.warmup, weight_decay=settings.weight_decay, optim=settings.optim,
         per_device_train_batch_size=settings.batch_size, per_device_eval_batch_size=settings.batch_size,
         gradient_accumulation_steps=settings.grad_accum, max_length=settings.max_length,
-        truncation_mode="keep_start", packing=settings.packing, assistant_only_loss=data.trl_masks,
-        gradient_checkpointing=settings.model.gradient_checkpointing and loaded.backend == "transformers",
-        eval_strategy=("steps" if settings.eval_steps else "epoch") if data.validation is not None else "no",
+        truncation_mode="keep_start", packing=settings.packing,
+        assistant_only_loss=data.trl_masks if data is not None else True,
+        gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing
+                                                      and backend == "transformers"),
+        eval_strategy=("steps" if settings.eval_steps else "epoch") if has_val else "no",
         eval_steps=settings.eval_steps, logging_steps=settings.logging_steps, logging_first_step=True,
-        report_to=settings.report_to, save_strategy="no", seed=settings.seed, use_cpu=use_cpu,
+        report_to=settings.report_to, seed=settings.seed, use_cpu=use_cpu,
         bf16=not use_cpu and _bf16(), fp16=not use_cpu and not _bf16(), disable_tqdm=not _tty(),
-        dataset_num_proc=None, remove_unused_columns=True,
+        dataset_num_proc=None, remove_unused_columns=True, **save_args(settings.save_steps, settings.save_total_limit),
     )
+
+
+def make_trainer(settings: SFTSettings, loaded, data: SFTData, out: Path, callbacks=()):
+    """Return TRL's SFTTrainer for the loaded model and data (assistant-only loss)."""
+    from trl import SFTTrainer
+
+    args = training_args(settings, loaded.backend, data, out)
     trainer = SFTTrainer(model=loaded.model, args=args, train_dataset=data.train, eval_dataset=data.validation,
-                         processing_class=loaded.tokenizer)
+                         processing_class=loaded.tokenizer, callbacks=list(callbacks))
     if not data.trl_masks:
         if loaded.backend != "unsloth":
             raise DataError("TRL cannot mask assistant tokens for this chat template (no {% generation %} "
@@ -220,32 +236,38 @@ def make_trainer(settings: SFTSettings, loaded, data: SFTData, out: Path):
     return trainer
 
 
-def train(trainer, loaded, data: SFTData) -> dict:
-    """Run the training; return the metrics (loss curve, eval loss, backend, world size, counts)."""
+def train(trainer, loaded, data: SFTData, resume: bool = False) -> dict:
+    """Run the training (from the last checkpoint when ``resume``); return the metrics (loss curve, eval loss,
+    backend, world size, counts, and the checkpoint resumed from)."""
+    from agentrl.train.checkpoints import prepare
+
+    checkpoint = prepare(trainer.args.output_dir, resume) if trainer.is_world_process_zero() or resume else None
     start = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     history = trainer.state.log_history
     return {
         "backend": loaded.backend, "backend_reason": loaded.reason,
         # the trainer's accelerator owns the process group (use_cpu -> gloo), not any PartialState made earlier
         "world_size": trainer.accelerator.num_processes,
         "train_seconds": round(time.perf_counter() - start, 1), "steps": trainer.state.global_step,
-        "counts": data.counts,
+        "counts": data.counts, "resumed_from": checkpoint.name if checkpoint else None,
         "loss": [{"step": h["step"], "loss": h["loss"]} for h in history if "loss" in h],
         "eval_loss": [{"step": h["step"], "eval_loss": h["eval_loss"]} for h in history if "eval_loss" in h],
     }
 
 
-def run_sft(settings: SFTSettings, preset: dict | None = None, *, runs: str | Path = "runs") -> SFTResult:
-    """Train, save the adapter (and merged model), run the inference check; return an SFTResult.
+def run_sft(settings: SFTSettings, preset: dict | None = None, *, runs: str | Path = "runs", resume: bool = False,
+            callbacks=()) -> SFTResult:
+    """Train (from the last checkpoint when ``resume``), save the adapter (and merged model), run the inference
+    check; return an SFTResult.
 
     Under ``accelerate launch`` every process trains; only the main one writes files and runs the check.
     """
     out = Path(runs) / "sft" / settings.name
     loaded = load_model(settings)
     data = load_data(settings, loaded.tokenizer)
-    trainer = make_trainer(settings, loaded, data, out)
-    metrics = train(trainer, loaded, data)
+    trainer = make_trainer(settings, loaded, data, out, callbacks)
+    metrics = train(trainer, loaded, data, resume)
     main = trainer.is_world_process_zero()
     if main:
         save_adapter(trainer.model, loaded.tokenizer, out, settings)

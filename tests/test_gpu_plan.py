@@ -1,0 +1,117 @@
+"""`agentrl gpu-plan`: the memory estimate against published figures, the per-card presets, the command itself."""
+
+import json
+
+import pytest
+
+from agentrl.config import REPO_ROOT, load_preset
+from agentrl.gpu_plan import ARCHS, CARDS, GIB, apply_card, arch_for, card_for, plan_grpo, plan_sft, plans
+
+GPU_PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml") if p.stem != "demo")
+
+
+def test_kv_cache_bytes_match_vllms_log_of_unsloths_qwen3_4b_t4_notebook():
+    """Source: the vLLM log printed by Unsloth's "Qwen3 (4B) GRPO" Colab notebook on a Tesla T4
+    (unslothai/notebooks, nb/Qwen3_(4B)-GRPO.ipynb, Unsloth 2025.5.7, vLLM 0.8.5.post1): "model weights take
+    7.63GiB; ... the rest of the memory reserved for KV Cache is 1.68GiB", "# cuda blocks: 764", "Maximum
+    concurrency for 2048 tokens per request: 5.97x", with max_lora_rank 32. vLLM's KV cache is
+    2 (K, V) x layers x kv_heads x head_dim x 2 bytes per token in blocks of 16 tokens.
+    Tolerance: 1% on the KV cache (only rounding of the logged GiB), 2% on the weights (biases and buffers)."""
+    qwen3 = ARCHS["qwen3-4b"]
+    tokens = 764 * 16
+    assert qwen3.kv_bytes_per_token() == 147456
+    assert tokens * qwen3.kv_bytes_per_token() / GIB == pytest.approx(1.68, rel=0.01)
+    assert tokens / 2048 == pytest.approx(5.97, abs=0.005)
+    lora_slots = qwen3.layers * 32 * sum(i + o for i, o in qwen3.shapes().values()) * 2
+    assert (qwen3.params * 2 + lora_slots) / GIB == pytest.approx(7.63, rel=0.02)
+
+
+def test_the_issue_case_16_bit_qwen3_4b_at_0_6_on_a_t4_leaves_no_room_for_one_sequence():
+    """The defect this fixes: 16-bit Qwen3-4B with gpu_memory_utilization 0.6 on a T4 (14.74 GiB). One
+    4096-token sequence needs 0.5625 GiB of KV cache (4096 x 147456 bytes); the same log as above puts vLLM's
+    runtime (activation peak 0.88 GiB + CUDA graphs 0.34 GiB) on top of the 7.5 GiB of weights."""
+    from agentrl.train.grpo import grpo_config
+
+    preset = load_preset("colab_qwen3_4b")
+    preset["grpo"]["model"].update(load_in_4bit=False, gpu_memory_utilization=0.6)
+    p = plan_grpo(grpo_config(preset), "T4", adapter_rank=64)
+    assert p.vllm["kv_one_sequence"] == pytest.approx(0.56, abs=0.01)
+    assert p.vllm["kv"] < p.vllm["kv_one_sequence"] and not p.fits
+    assert any("gpu_memory_utilization" in a and "4-bit" in a for a in p.advice)
+
+
+@pytest.mark.parametrize(("model", "four_bit", "stated_gb"), [
+    ("llama-3.2-3b", True, 3.5), ("mistral-7b-v0.3", True, 5), ("llama-3.1-8b", True, 6), ("qwen2.5-14b", True, 8.5),
+    ("llama-3.2-3b", False, 8), ("mistral-7b-v0.3", False, 19), ("llama-3.1-8b", False, 22), ("qwen2.5-14b", False, 33),
+])
+def test_sft_estimate_is_near_unsloths_stated_minimum_vram(model, four_bit, stated_gb):
+    """Source: Unsloth's requirements page ("Fine-tuning VRAM requirements", unsloth.ai/docs, get-started/
+    fine-tuning-for-beginners/unsloth-requirements): QLoRA 4-bit / LoRA 16-bit "absolute minimum" GB for 3B
+    3.5/8, 7B 5/19, 8B 6/22, 14B 8.5/33. Compared at Unsloth's smallest setting (batch 1, 512 tokens, r 16,
+    adamw_8bit, its offloaded gradient checkpointing), on the architectures those sizes usually mean.
+    Tolerance: 4-bit within -5%..+45% (we keep the 16-bit embeddings and LM head as bitsandbytes does, and count
+    a chunk of fp32 logits; the page calls its figures an absolute minimum), 16-bit within 25%."""
+    from agentrl.train.models import LoraSettings, ModelConfig
+    from agentrl.train.sft import SFTSettings
+
+    s = SFTSettings(model=ModelConfig(name=model, backend="unsloth", load_in_4bit=four_bit,
+                                      gradient_checkpointing=True, lora=LoraSettings(r=16)),
+                    batch_size=1, max_length=512, optim="adamw_8bit")
+    ratio = plan_sft(s, "A100-80").training * GIB / 1e9 / stated_gb
+    assert (0.95 <= ratio <= 1.45) if four_bit else (0.75 <= ratio <= 1.25), ratio
+
+
+@pytest.mark.parametrize("card", list(CARDS))
+@pytest.mark.parametrize("name", GPU_PRESETS)
+def test_every_gpu_preset_fits_the_cards_it_targets(name, card):
+    """colab_qwen3_4b targets every card (T4 included, for GRPO: 4-bit with vLLM fast_inference); gpu_qwen2_5_7b
+    the A100s and H100."""
+    targets = {"colab_qwen3_4b": set(CARDS), "gpu_qwen2_5_7b": {"A100-40", "A100-80", "H100"}}.get(name, set(CARDS))
+    if card not in targets:
+        pytest.skip(f"{name} does not target {card}")
+    for p in plans(apply_card(load_preset(name), card), card):
+        assert p.fits, (p.phase, p.advice)
+
+
+def test_colab_preset_on_a_t4_runs_grpo_in_4_bit_with_vllm_and_16_bit_on_an_l4():
+    from agentrl.train.grpo import grpo_config
+
+    t4, l4 = (grpo_config(apply_card(load_preset("colab_qwen3_4b"), c)) for c in ("T4", "L4"))
+    assert t4.model.load_in_4bit and t4.model.fast_inference and t4.model.backend == "unsloth"
+    assert not l4.model.load_in_4bit and l4.model.fast_inference
+    assert (t4.loss_type, t4.epsilon_high, t4.mask_truncated_completions) == ("dapo", 0.28, True)
+
+
+def test_cards_are_recognised_from_nvidia_smi_names():
+    assert card_for("Tesla T4", 15360) == "T4"
+    assert card_for("NVIDIA L4", 23034) == "L4"
+    assert card_for("NVIDIA A100-SXM4-40GB", 40960) == "A100-40"
+    assert card_for("NVIDIA A100-SXM4-80GB", 81920) == "A100-80"
+    assert card_for("NVIDIA H100 80GB HBM3", 81559) == "H100"
+    assert card_for("NVIDIA RTX A6000", 49140) == "A100-40"  # unknown: the largest class its memory covers
+
+
+def test_a_local_model_is_sized_from_its_config(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 2, "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 4000, "tie_word_embeddings": True}))
+    a = arch_for(str(tmp_path))
+    assert a.kv_bytes_per_token() == 2 * 2 * 2 * 32 * 2 and a.tied
+    from agentrl.io import DataError
+
+    with pytest.raises(DataError, match="unknown model"):
+        arch_for("someone/Mystery-3B")
+
+
+def test_gpu_plan_command_prints_the_table_and_exits_1_when_it_does_not_fit(tmp_path, capsys):
+    from agentrl.cli import main
+
+    assert main(["gpu-plan", "--config", "colab_qwen3_4b", "--gpu", "T4"]) == 0
+    out = capsys.readouterr().out
+    assert "grpo on T4" in out and "KV cache" in out and "FITS" in out
+    bad = tmp_path / "bad.toml"
+    bad.write_text((REPO_ROOT / "configs" / "colab_qwen3_4b.toml").read_text()
+                   .replace("load_in_4bit = true                         # T4", "load_in_4bit = false  # T4"))
+    assert main(["gpu-plan", "--config", str(bad), "--gpu", "T4"]) == 1
+    assert "DOES NOT FIT" in capsys.readouterr().out
+    assert main(["gpu-plan", "--config", "colab_qwen3_4b", "--gpu", "V100"]) == 2

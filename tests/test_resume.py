@@ -1,0 +1,105 @@
+"""Runs survive a disconnect: SFT and GRPO write checkpoints every `save_steps`; a run killed with SIGKILL in a real
+subprocess continues with `--resume` to the same final step count, keeping its loss curve, its agent evaluations
+and, for SFT, the exact losses of an uninterrupted run (optimizer, scheduler and RNG state restored)."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import HOTPOT
+
+# Runs the phase in-process with a callback that, once checkpoint-<STOP> is on disk, writes a marker file and
+# waits to be killed: the test then kills the process at a known point, after a complete checkpoint.
+KILLED_RUN = '''
+import sys, time
+from pathlib import Path
+from transformers import TrainerCallback
+from agentrl.config import load_preset
+
+phase, preset_path, stop = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+class WaitForKill(TrainerCallback):
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == stop:
+            Path("checkpoint-written").write_text(str(stop))
+            time.sleep(600)
+
+preset = load_preset(preset_path)
+if phase == "sft":
+    from agentrl.train.sft import run_sft, sft_config
+    run_sft(sft_config(preset), preset, callbacks=[WaitForKill()])
+else:
+    from agentrl.train.grpo import grpo_config, run_grpo
+    run_grpo(grpo_config(preset), preset, callbacks=[WaitForKill()])
+'''
+
+
+def kill_at_checkpoint(tmp_path, phase: str, preset, stop: int) -> None:
+    script = tmp_path / "killed_run.py"
+    script.write_text(KILLED_RUN)
+    marker = tmp_path / "checkpoint-written"
+    proc = subprocess.Popen([sys.executable, str(script), phase, str(preset), str(stop)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 600
+        while not marker.exists():
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.time() < deadline, "no checkpoint within 10 minutes"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def resume(tmp_path, phase: str, preset) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "agentrl.cli", phase, "--config", str(preset), "--resume"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((tmp_path / "runs" / phase / "r" / "metrics.json").read_text())
+
+
+def test_sft_killed_after_a_checkpoint_resumes_to_the_same_losses_and_step_count(tmp_path, sft_data, tiny_model):
+    from agentrl.config import load_preset
+    from agentrl.train.sft import run_sft, sft_config
+
+    preset = tmp_path / "p.toml"
+    preset.write_text(f'[sft]\nname = "r"\ndata = "{sft_data}"\nmax_steps = 6\nsave_steps = 2\nbatch_size = 2\n'
+                      f'grad_accum = 1\nlearning_rate = 2e-3\nlr_scheduler = "linear"\nwarmup = 0.0\n'
+                      f'report_to = []\ncheck_questions = 0\nlogging_steps = 1\n[sft.model]\nname = "{tiny_model}"\n')
+    kill_at_checkpoint(tmp_path, "sft", preset, stop=4)
+    trainer_dir = tmp_path / "runs" / "sft" / "r" / "trainer"
+    assert sorted(p.name for p in trainer_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert not (tmp_path / "runs" / "sft" / "r" / "adapter").exists()  # the killed run never finished
+    metrics = resume(tmp_path, "sft", preset)
+    assert metrics["steps"] == 6 and metrics["resumed_from"] == "checkpoint-4"
+    assert [x["step"] for x in metrics["loss"]] == [1, 2, 3, 4, 5, 6]  # the curve before the kill is kept
+    assert (tmp_path / "runs" / "sft" / "r" / "adapter" / "adapter_config.json").is_file()
+
+    uninterrupted = run_sft(sft_config(load_preset(preset)), runs=tmp_path / "straight").metrics
+    assert [x["loss"] for x in metrics["loss"]] == pytest.approx([x["loss"] for x in uninterrupted["loss"]],
+                                                                 rel=1e-4)
+
+
+def test_grpo_killed_after_a_checkpoint_resumes_with_its_evaluations_and_step_count(tmp_path, tiny_model,
+                                                                                    small_index):
+    preset = tmp_path / "g.toml"
+    preset.write_text(f'[grpo]\nname = "r"\nnum_generations = 4\nbatch_size = 4\nmax_steps = 4\nsave_steps = 2\n'
+                      f'eval_every = 2\neval_questions = 2\nmax_completion_length = 64\n'
+                      f'max_tool_calling_iterations = 1\ntrain_questions = 12\ntop_k = 2\npassage_chars = 80\n'
+                      f'eval_max_new_tokens = 32\nreport_to = []\nlog_completions = false\nlearning_rate = 3e-4\n'
+                      f'[grpo.rewards]\nanswer_f1 = 1.0\ntool_use = 0.5\n[grpo.model]\nname = "{tiny_model}"\n'
+                      f'[eval]\nindex = "{small_index}"\nqa = "{HOTPOT}"\n[eval.run]\nmax_turns = 2\n')
+    kill_at_checkpoint(tmp_path, "grpo", preset, stop=2)
+    out = tmp_path / "runs" / "grpo" / "r"
+    assert [e["step"] for e in json.loads((out / "evals.json").read_text())] == [2]
+    metrics = resume(tmp_path, "grpo", preset)
+    assert metrics["steps"] == 4 and metrics["resumed_from"] == "checkpoint-2"
+    assert [e["step"] for e in metrics["evals"]] == [2, 4]  # the evaluation before the kill survived
+    assert [h["step"] for h in metrics["history"]] == [1, 2, 3, 4]
+    assert (out / "adapter" / "adapter_config.json").is_file()
