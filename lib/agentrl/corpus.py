@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.io import DataError, iter_jsonl
+from agentrl.metrics import gold_list
 
 QA_FIELDS = ("id", "question", "golden_answers")
 
@@ -45,11 +46,10 @@ def normalize_row(rec: dict, where: str = "") -> dict:
         gold = [rec.pop("answer")] + list(rec.pop("answer_aliases", None) or [])
     if gold is None:
         raise DataError(f"{where}: missing field 'golden_answers'")
-    if isinstance(gold, str):
-        gold = [gold]
-    if not isinstance(gold, list):
-        raise DataError(f"{where}: field 'golden_answers' must be a list of strings")
-    gold = [str(g) for g in gold]
+    try:
+        gold = gold_list(gold)
+    except ValueError as exc:
+        raise DataError(f"{where}: {exc}") from None
     meta.update(rec)  # context, supporting_facts, paragraphs, type, ... of the original layouts
     return {"id": str(rid), "question": question.strip(), "golden_answers": gold, "metadata": meta}
 
@@ -104,11 +104,55 @@ def _join_sentences(sentences: Iterable[str]) -> str:
     return out.strip()
 
 
-def context_paragraphs(row: dict) -> list[tuple[str, str]]:
-    """Return the ``(title, text)`` paragraphs attached to a task row, whatever its dataset layout.
+# Where a row's passages live, per dataset layout (detected per row: one file may mix them).
+LAYOUTS = {
+    "hotpotqa-flashrag": "metadata.context = {title: [..], sentences: [[..]]} (+ supporting_facts {title, sent_id})",
+    "hotpotqa/2wiki": "context = [[title, [sentences]], ..] (+ supporting_facts [[title, sent_id], ..])",
+    "2wiki-flashrag": "metadata.context = {title: [..], content: [[..]]} (+ supporting_facts)",
+    "musique": "paragraphs = [{title, paragraph_text, is_supporting}, ..]",
+    "musique-flashrag": "metadata.question_decomposition = [{support_paragraph: {title, paragraph_text, "
+                        "is_supporting}}, ..]",
+}
 
-    Handles FlashRAG/HotpotQA ``context: {"title": [..], "sentences": [[..]]}``, original HotpotQA/2Wiki
-    ``context: [[title, [sentences]], ..]`` and MuSiQue ``paragraphs: [{"title", "paragraph_text"}]``.
+
+def supported_layouts() -> str:
+    """Return a one-line-per-layout description of the evidence layouts rows may use (for error messages)."""
+    return "; ".join(f"{name}: {where}" for name, where in LAYOUTS.items())
+
+
+def _musique_paragraphs(meta: dict) -> list[dict]:
+    paras = [p for p in meta.get("paragraphs") or [] if isinstance(p, dict)]
+    for step in meta.get("question_decomposition") or []:
+        para = step.get("support_paragraph") if isinstance(step, dict) else None
+        if isinstance(para, dict):
+            # FlashRAG keeps only the decomposition's supporting paragraphs; they are gold unless marked otherwise
+            paras.append({**para, "is_supporting": para.get("is_supporting", True)})
+    return paras
+
+
+def evidence_layout(row: dict) -> str | None:
+    """Return the name (a key of LAYOUTS) of the layout holding the row's passages, or None when it has none."""
+    meta = row.get("metadata") or {}
+    ctx = meta.get("context")
+    if isinstance(ctx, dict):
+        return "2wiki-flashrag" if "content" in ctx and "sentences" not in ctx else "hotpotqa-flashrag"
+    if isinstance(ctx, list) and ctx:
+        return "hotpotqa/2wiki"
+    if any(isinstance(p, dict) for p in meta.get("paragraphs") or []):
+        return "musique"
+    if any(isinstance(s, dict) and isinstance(s.get("support_paragraph"), dict)
+           for s in meta.get("question_decomposition") or []):
+        return "musique-flashrag"
+    return None
+
+
+def context_paragraphs(row: dict) -> list[tuple[str, str]]:
+    """Return the ``(title, text)`` paragraphs attached to a task row, whatever its dataset layout (LAYOUTS).
+
+    Handles FlashRAG/HotpotQA ``context: {"title": [..], "sentences": [[..]]}`` (2Wiki: ``content``), original
+    HotpotQA/2Wiki ``context: [[title, [sentences]], ..]``, MuSiQue ``paragraphs: [{"title",
+    "paragraph_text"}]`` and FlashRAG's MuSiQue ``question_decomposition[].support_paragraph``. Duplicates
+    within the row are kept once.
     """
     meta = row.get("metadata") or {}
     out: list[tuple[str, str]] = []
@@ -123,18 +167,18 @@ def context_paragraphs(row: dict) -> list[tuple[str, str]]:
             if isinstance(item, list | tuple) and len(item) == 2:
                 title, body = item
                 out.append((str(title), _join_sentences(body) if isinstance(body, list) else str(body)))
-    for para in meta.get("paragraphs") or []:
-        if isinstance(para, dict):
-            text = para.get("paragraph_text") or para.get("text") or ""
-            out.append((str(para.get("title", "")), str(text)))
-    return [(t.strip(), x) for t, x in out if x.strip()]
+    for para in _musique_paragraphs(meta):
+        text = para.get("paragraph_text") or para.get("text") or ""
+        out.append((str(para.get("title", "")), str(text)))
+    return list(dict.fromkeys((t.strip(), x) for t, x in out if x.strip()))
 
 
 def gold_titles(row: dict) -> list[str]:
     """Return the titles of the gold supporting passages of a task row (unique, in order).
 
     HotpotQA/2Wiki ``supporting_facts`` (FlashRAG dict or original list form) and MuSiQue paragraphs
-    with ``is_supporting``. Empty when the row carries no evidence annotation.
+    with ``is_supporting`` (native ``paragraphs`` or FlashRAG's ``question_decomposition``). Empty when the row
+    carries no evidence annotation.
     """
     meta = row.get("metadata") or {}
     titles: list[str] = []
@@ -143,10 +187,20 @@ def gold_titles(row: dict) -> list[str]:
         titles += [str(t) for t in sf.get("title") or []]
     elif isinstance(sf, list):
         titles += [str(item[0]) for item in sf if isinstance(item, list | tuple) and item]
-    for para in meta.get("paragraphs") or []:
-        if isinstance(para, dict) and para.get("is_supporting"):
+    for para in _musique_paragraphs(meta):
+        if para.get("is_supporting"):
             titles.append(str(para.get("title", "")))
     return list(dict.fromkeys(t.strip() for t in titles if str(t).strip()))
+
+
+def first_row_without(rows: list[dict], has, what: str, source) -> str:
+    """Return an error message naming ``source``, the first row (1-based, with its id) for which ``has(row)``
+    is false (it has no ``what``), and the supported layouts."""
+    for i, row in enumerate(rows, 1):
+        if not has(row):
+            return (f"{source}: row {i} (id {row.get('id')!r}) has no {what} in any known layout; "
+                    f"supported layouts: {supported_layouts()}")
+    return f"{source}: supported layouts: {supported_layouts()}"
 
 
 # ----------------------------------------------------------------------------- documents
@@ -296,7 +350,8 @@ def build_corpus(out_dir: str | Path, *, qa: str | Path | None = None, corpus_fi
         rows = load_qa(qa, limit=limit)
         docs = documents_from_contexts(rows)
         if not docs:
-            raise DataError(f"{qa}: no context paragraphs to build a corpus from (give --corpus-file)")
+            msg = first_row_without(rows, context_paragraphs, "context paragraphs", qa)
+            raise DataError(f"{msg} (or give --corpus-file)")
     else:
         docs = load_corpus_file(corpus_file, limit=limit)
     bar = tqdm(docs, desc="chunking", unit="doc", disable=None if progress else True)  # None: off without a TTY

@@ -124,7 +124,7 @@ class LLMJudge:
                     self._cache[rec["key"]] = bool(rec["correct"])
         return self._cache
 
-    async def judge(self, question: str, golds: list[str], prediction: str | None) -> dict:
+    async def judge(self, question: str, golds: str | list[str], prediction: str | None) -> dict:
         """Return ``{"correct": bool, "status": ok|cached|fallback|no_prediction, "attempts": n, "raw": str}``.
 
         Raises FatalEndpointError when the judge endpoint refuses the request (401/403/404: a wrong key or
@@ -133,8 +133,10 @@ class LLMJudge:
         """
         import openai
 
+        from agentrl.metrics import gold_list
         from agentrl.policies.endpoint import FatalEndpointError, fatal_api_errors
 
+        golds = gold_list(golds)  # a bare string is one answer
         if not prediction or not prediction.strip():
             return {"correct": False, "status": "no_prediction", "attempts": 0, "raw": ""}
         cache = self._load_cache()

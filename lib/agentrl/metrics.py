@@ -51,9 +51,33 @@ def contains_answer(prediction: str, gold: str) -> bool:
     return bool(ref) and ref in pred
 
 
-def answer_metrics(prediction: str | None, golds: Sequence[str]) -> dict[str, float]:
-    """Return em, f1, precision, recall and acc of ``prediction`` against the gold answers (max over gold)."""
+def gold_list(golds, field: str = "golden_answers") -> list[str]:
+    """Return the gold answers as a list of strings: a bare string is ONE answer, None is no answer.
+
+    Raises ValueError naming ``field`` (and the index) for anything else than strings: nested lists, numbers,
+    None inside the list, dicts. Iterating a bare string would score it character by character, and ``str()``
+    of a nested list or of None would invent answers such as "['a']" or "None".
+    """
+    if golds is None:
+        return []
+    if isinstance(golds, str):
+        return [golds]
+    if not isinstance(golds, list | tuple):
+        raise ValueError(f"field '{field}' must be a string or a list of strings, got {type(golds).__name__}")
+    for i, g in enumerate(golds):
+        if not isinstance(g, str):
+            raise ValueError(f"field '{field}'[{i}] must be a string, got {type(g).__name__} ({g!r:.60}); "
+                             "quote numbers and flatten nested lists")
+    return list(golds)
+
+
+def answer_metrics(prediction: str | None, golds: str | Sequence[str] | None) -> dict[str, float]:
+    """Return em, f1, precision, recall and acc of ``prediction`` against the gold answers (max over gold).
+
+    ``golds`` is a list of strings or one bare string (one answer); anything else raises ValueError.
+    """
     out = dict.fromkeys(METRICS, 0.0)
+    golds = gold_list(golds)
     if prediction is None:
         return out
     for gold in golds:

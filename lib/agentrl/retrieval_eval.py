@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentrl.corpus import gold_titles
+from agentrl.corpus import first_row_without, gold_titles
 from agentrl.io import DataError
 
 DEFAULT_KS = (1, 2, 5, 10, 20)
@@ -43,7 +43,7 @@ def question_metrics(ranked_titles: Sequence[str], gold: set[str], ks: Sequence[
 
 
 def evaluate_retrieval(retriever, rows: list[dict], *, methods: Sequence[str] = ("bm25", "dense", "hybrid"),
-                       ks: Sequence[int] = DEFAULT_KS, batch_size: int = 256) -> dict:
+                       ks: Sequence[int] = DEFAULT_KS, batch_size: int = 256, source: str = "the QA rows") -> dict:
     """Return ``{"summary": {...}, "methods": {method: {metric: value}}}`` for the rows' gold evidence.
 
     ``summary`` counts questions, gold titles, gold titles absent from the corpus and questions whose gold
@@ -54,7 +54,8 @@ def evaluate_retrieval(retriever, rows: list[dict], *, methods: Sequence[str] = 
     evaluable = [(r, set(gold_titles(r))) for r in rows]
     evaluable = [(r, g) for r, g in evaluable if g]
     if not evaluable:
-        raise DataError("no question carries gold evidence (supporting_facts / is_supporting paragraphs)")
+        msg = first_row_without(rows, gold_titles, "gold evidence", source)
+        raise DataError(f"no question carries gold evidence: {msg}")
     n_gold = sum(len(g) for _, g in evaluable)
     absent = sum(len(g - corpus_titles) for _, g in evaluable)
     summary = {
@@ -137,7 +138,7 @@ def run_retrieval_eval(index_dir: str | Path, qa: str | Path, *, out_dir: str | 
 
     retriever = Retriever.load(index_dir, dense=any(m != "bm25" for m in methods))
     rows = load_qa(qa, limit=limit)
-    report = evaluate_retrieval(retriever, rows, methods=methods, ks=ks)
+    report = evaluate_retrieval(retriever, rows, methods=methods, ks=ks, source=str(qa))
     report["inputs"] = {"index": str(index_dir), "qa": str(qa)}
     report["index_config"] = retriever.manifest.get("config")
     out = Path(out_dir) if out_dir else Path(index_dir).parent

@@ -73,7 +73,7 @@ def load_seed_run(run_dir: str | Path, with_eval: bool | None = None) -> tuple[l
 def convert(items: list[dict], entries: list[dict], env: str = "search") -> tuple[list[dict], dict]:
     """Return ``(trajectories, counts)`` built from seed eval items and their trace entries."""
     from agentrl.agent import extract_answer, reasoning_chars, usage_summary
-    from agentrl.metrics import answer_metrics
+    from agentrl.metrics import answer_metrics, gold_list
 
     by_user: dict[str, list[dict]] = {}
     for e in entries:
@@ -108,7 +108,10 @@ def convert(items: list[dict], entries: list[dict], env: str = "search") -> tupl
         output = item.get("output") or {}
         last = assistants[-1]["content"] if assistants else ""
         prediction = output.get("pred") if output.get("pred") is not None else extract_answer(last)
-        golds = [str(g) for g in item.get("golden_answers") or []]
+        try:
+            golds = gold_list(item.get("golden_answers"))
+        except ValueError as exc:
+            raise DataError(f"seed item {n} (id {item.get('id')!r}): {exc}") from None
         metrics = answer_metrics(prediction, golds)
         for k, v in (output.get("metric_score") or {}).items():
             if k in _METRIC_KEYS and isinstance(v, int | float):

@@ -25,6 +25,7 @@ import functools
 import weakref
 from collections.abc import Callable
 
+from agentrl.metrics import gold_list
 from agentrl.retrieval.index import Hit
 
 
@@ -129,7 +130,7 @@ class SearchEnv:
         """Start an episode for a task row; keeps the question and gold answers, zeroes the call count."""
         self.row = row
         self.question = row.get("question", "")
-        self.golden_answers = list(row.get("golden_answers") or [])
+        self.golden_answers = gold_list(row.get("golden_answers"))
         self.calls = 0
         self.queries: list[str] = []
 

@@ -19,7 +19,9 @@ def search_plan(row: dict) -> list[Turn]:
     titles = gold_titles(row) or [row["question"]]
     turns = [Turn(tool_calls=[{"id": f"call_{i}", "name": "search", "arguments": json.dumps({"query": t})}])
              for i, t in enumerate(titles)]
-    answer = (row.get("golden_answers") or [""])[0]
+    from agentrl.metrics import gold_list
+
+    answer = (gold_list(row.get("golden_answers")) or [""])[0]
     return turns + [Turn(content=f"<answer>{answer}</answer>", finish_reason="stop")]
 
 
