@@ -5,6 +5,7 @@ import warnings
 
 import pytest
 
+from agentrl.cli import main
 from agentrl.curate import CurateConfig, curate, select
 from agentrl.export import export, load_trl_dataset, to_sharegpt, to_swift, to_trl
 from agentrl.io import DataError, read_jsonl
@@ -277,3 +278,33 @@ def test_cli_curate_and_export_on_bad_input_exit_2(tmp_path, capsys):
     assert main(["export", str(tmp_path / "nothing")]) == 2
     assert "run `agentrl curate` first" in capsys.readouterr().err
     assert main(["analyze", str(tmp_path / "missing_run")]) == 2
+
+
+def test_filters_that_remove_every_row_say_so_even_with_balancing(tmp_path, capsys):
+    path = write(tmp_path / "t.jsonl", [traj(i, f1=0.2, em=0.0) for i in range(8)])
+    cfg = CurateConfig(min_f1=0.5, balance_by=["tool_calls"])
+    with pytest.raises(DataError, match=r"the filters left nothing \(min_f1 .* removed 8\)") as err:
+        curate([path], cfg, tmp_path / "data" / "none")
+    assert "bucket" not in str(err.value)
+    assert not (tmp_path / "data" / "none").exists()
+
+
+def test_export_of_a_dataset_with_nothing_to_train_on_exits_non_zero_without_files(tmp_path, capsys):
+    data = tmp_path / "d"
+    data.mkdir()
+    no_assistant = {**traj(0), "messages": [{"role": "user", "content": "q"}]}
+    write(data / "train.jsonl", [no_assistant])
+    write(data / "validation.jsonl", [])
+    assert main(["export", str(data)]) == 2
+    assert "nothing to export" in capsys.readouterr().err
+    assert sorted(p.name for p in data.iterdir()) == ["train.jsonl", "validation.jsonl"]
+
+
+def test_an_empty_validation_split_writes_no_empty_file(tmp_path):
+    data = tmp_path / "d"
+    data.mkdir()
+    write(data / "train.jsonl", [traj(0)])
+    write(data / "validation.jsonl", [])
+    counts = export(data, ["trl"])
+    assert counts["train"]["rows"] == 1 and counts["validation"]["rows"] == 0
+    assert [p.name for p in (data / "trl").iterdir()] == ["train.jsonl"]

@@ -111,6 +111,8 @@ def select(df, cfg: CurateConfig) -> tuple:
         steps.append({"step": "dedup", "reason": "another trajectory of the same question scored higher",
                       "removed": before - df.height, "remaining": df.height})
     report: dict = {"steps": steps}
+    if df.height == 0:  # say so before balancing, which would only complain that no bucket is left
+        _nothing_left(steps)
     if cfg.balance_by:
         df, report["balance"] = balance(df, cfg)
         steps.append({"step": "balance", "reason": f"over-represented {'/'.join(cfg.balance_by)} bucket",
@@ -121,8 +123,7 @@ def select(df, cfg: CurateConfig) -> tuple:
         steps.append({"step": "max_examples", "reason": f"random sample of {cfg.max_examples}",
                       "removed": before - df.height, "remaining": df.height})
     if df.height == 0:
-        raise DataError("curation kept no trajectories: " + "; ".join(
-            f"{s['step']} removed {s['removed']}" for s in steps if s["removed"]))
+        _nothing_left(steps)
     df = df.with_columns(pl.col("question").map_elements(lambda q: split_of(q, cfg.seed, cfg.val_fraction),
                                                          return_dtype=pl.String).alias("split"))
     if cfg.val_fraction > 0 and df["qkey"].n_unique() >= 2 and not (df["split"] == "validation").any():
@@ -133,6 +134,14 @@ def select(df, cfg: CurateConfig) -> tuple:
     report["split"] = {"train": train.height, "validation": val.height, "val_fraction": cfg.val_fraction,
                        "shared_questions": len(set(train["qkey"].to_list()) & set(val["qkey"].to_list()))}
     return train, val, report
+
+
+def _nothing_left(steps: list[dict]) -> None:
+    """Raise DataError saying that curation kept nothing and which steps removed what."""
+    removed = "; ".join(f"{s['step']} ({s['reason']}) removed {s['removed']}" for s in steps if s["removed"])
+    raise DataError("curation kept no trajectories: the filters left nothing"
+                    + (f" ({removed})" if removed else " (the input has no trajectories)")
+                    + "; nothing was written. Loosen the [data] filters or add trajectories.")
 
 
 def balance(df, cfg: CurateConfig) -> tuple:

@@ -98,15 +98,26 @@ def export(data_dir: str | Path, formats=FORMATS) -> dict:
     if not (data_dir / "train.jsonl").exists():
         raise DataError(f"{data_dir}: no train.jsonl (run `agentrl curate` first)")
     counts: dict = {}
+    splits: dict[str, list[dict]] = {}
     for split in SPLITS:
         path = data_dir / f"{split}.jsonl"
         if not path.exists():
             continue
         trajs = [rec for _, rec in iter_jsonl(path)]
-        kept = [t for t in trajs if _has_assistant(t.get("messages") or [])]
-        counts[split] = {"rows": len(kept), "skipped_without_assistant_turn": len(trajs) - len(kept)}
+        splits[split] = [t for t in trajs if _has_assistant(t.get("messages") or [])]
+        counts[split] = {"rows": len(splits[split]), "skipped_without_assistant_turn": len(trajs) - len(splits[split])}
+    if not splits.get("train"):
+        # an empty export would only fail later, in SFT, far from its cause
+        raise DataError(f"{data_dir / 'train.jsonl'}: nothing to export ({counts['train']['rows']} trajectories with "
+                        f"an assistant turn, {counts['train']['skipped_without_assistant_turn']} without); "
+                        "nothing was written")
+    for split, kept in splits.items():
         for fmt in formats:
-            write_jsonl(data_dir / fmt / f"{split}.jsonl", (CONVERTERS[fmt](t) for t in kept))
+            target = data_dir / fmt / f"{split}.jsonl"
+            if kept:
+                write_jsonl(target, (CONVERTERS[fmt](t) for t in kept))
+            else:
+                target.unlink(missing_ok=True)  # no empty split files (a stale one from an earlier export goes too)
     return counts
 
 
