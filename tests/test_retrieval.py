@@ -1,4 +1,5 @@
 import json
+import re
 import shutil
 
 import numpy as np
@@ -165,3 +166,76 @@ def test_ivfpq_nprobe_and_hnsw_ef_search_can_be_changed_at_load_time(tmp_path):
     hnsw = DenseConfig(index_type="hnsw", ef_search=16)
     DenseIndex.build(vecs[:500], hnsw).save(tmp_path / "hnsw.faiss")
     assert DenseIndex.load(tmp_path / "hnsw.faiss", replace(hnsw, ef_search=200)).index.hnsw.efSearch == 200
+
+
+PARIS = [  # one long document in three chunks, two documents sharing a title, and others
+    {"id": "0-0", "doc_id": "0", "chunk": 0, "title": "Paris", "text": "Paris is the capital of France on the Seine."},
+    {"id": "0-1", "doc_id": "0", "chunk": 1, "title": "Paris", "text": "Paris hosts the Louvre, the capital's museum."},
+    {"id": "0-2", "doc_id": "0", "chunk": 2, "title": "Paris", "text": "The capital Paris has twenty arrondissements."},
+    {"id": "1-0", "doc_id": "1", "chunk": 0, "title": "Paris", "text": "Paris, the capital of France, since 508."},
+    {"id": "2-0", "doc_id": "2", "chunk": 0, "title": "Lyon", "text": "Lyon is a French city, not the capital."},
+    {"id": "3-0", "doc_id": "3", "chunk": 0, "title": "France", "text": "France's capital is Paris; its largest city."},
+    {"id": "4-0", "doc_id": "4", "chunk": 0, "title": "Seine", "text": "The Seine flows through the French capital."},
+    {"id": "5-0", "doc_id": "5", "chunk": 0, "title": "Berlin", "text": "Berlin is the capital of Germany."},
+    {"id": "6-0", "doc_id": "6", "chunk": 0, "title": "Marseille", "text": "Marseille is a port city in France."},
+]
+
+
+@pytest.fixture(scope="module")
+def paris_index(tmp_path_factory, embedder):
+    from agentrl.retrieval import build_index
+
+    return build_index(PARIS, tmp_path_factory.mktemp("paris") / "index", embedder=embedder, progress=False)
+
+
+@pytest.mark.parametrize("method", ["bm25", "dense", "hybrid"])
+def test_search_returns_distinct_documents_by_their_best_chunk(paris_index, method):
+    r = Retriever.load(paris_index)
+    raw = r.search_batch(["capital of France Paris"], 5, method, distinct=False)[0]
+    assert len({h.title for h in raw}) < 5  # the situation: one title fills several slots
+    hits = r.search("capital of France Paris", 5, method)  # distinct by default
+    assert len(hits) == 5 and len({h.title.casefold() for h in hits}) == 5
+    best_paris = next(h for h in raw if h.title == "Paris")
+    assert next(h for h in hits if h.title == "Paris").id == best_paris.id  # the document's best chunk
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_fewer_documents_than_top_k_returns_them_all_once(paris_index):
+    hits = Retriever.load(paris_index).search("capital", 20, "bm25")
+    assert len(hits) == len({h.title for h in hits}) == 5  # six titles; Marseille has no query term
+
+
+def test_raw_chunks_can_be_chosen_at_load_time_and_from_the_cli(paris_index, capsys):
+    from agentrl.cli import main
+
+    r = Retriever.load(paris_index, overrides={"distinct": False})
+    assert [h.title for h in r.search("Paris capital", 4, "bm25")].count("Paris") >= 3
+    paris_ids = {"0-0", "0-1", "0-2", "1-0"}
+
+    def printed_ids():
+        return re.findall(r"│ (\d+-\d+)\s", capsys.readouterr().out)
+
+    assert main(["search", "--index", str(paris_index), "--method", "bm25", "-k", "4", "Paris capital"]) == 0
+    assert len(paris_ids.intersection(printed_ids())) == 1
+    assert main(["search", "--index", str(paris_index), "--method", "bm25", "-k", "4", "--raw-chunks",
+                 "Paris capital"]) == 0
+    assert len(paris_ids.intersection(printed_ids())) >= 3
+
+
+def test_mcp_tool_returns_distinct_documents(paris_index):
+    import asyncio
+
+    from mcp import Client
+
+    from agentrl.mcp_server import build_server
+
+    server = build_server(Retriever.load(paris_index), method="bm25")
+
+    async def main():
+        async with Client(server) as client:
+            r = await client.call_tool("search", {"query": "capital of France Paris", "top_k": 5})
+            assert not r.is_error
+            return [p["title"] for p in r.structured_content["result"]]
+
+    titles = asyncio.run(main())
+    assert len(titles) == len(set(titles)) == 5

@@ -114,7 +114,7 @@ def cmd_search(args) -> int:
     from agentrl.retrieval import Retriever
 
     retriever = Retriever.load(args.index, dense=args.method != "bm25")
-    hits = retriever.search(args.query, args.top_k, args.method)
+    hits = retriever.search_batch([args.query], args.top_k, args.method, distinct=False if args.raw_chunks else None)[0]
     table = Table(title=f"{args.method or retriever.cfg.method}: {args.query}")
     for col in ("rank", "score", "id", "title", "text"):
         table.add_column(col, overflow="fold")
@@ -130,7 +130,7 @@ def cmd_retrieval_eval(args) -> int:
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     report = run_retrieval_eval(args.index, args.qa, out_dir=args.out, methods=methods, limit=args.limit,
-                                chart=not args.no_chart)
+                                chart=not args.no_chart, distinct=False if args.raw_chunks else None)
     print_retrieval_report(report)
     return 0
 
@@ -139,7 +139,8 @@ def cmd_serve(args) -> int:
     """`agentrl serve`: serve the retriever as an MCP tool (stdio or streamable HTTP); return 0 or raise."""
     from agentrl.mcp_server import serve
 
-    serve(args.index, transport=args.transport, host=args.host, port=args.port, method=args.method)
+    serve(args.index, transport=args.transport, host=args.host, port=args.port, method=args.method,
+          distinct=False if args.raw_chunks else None)
     return 0
 
 
@@ -328,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--index", required=True)
     c.add_argument("-k", "--top-k", type=int, default=5)
     c.add_argument("--method", choices=["bm25", "dense", "hybrid"])
+    c.add_argument("--raw-chunks", action="store_true",
+                   help="return raw chunks (a document may fill several slots) instead of distinct documents")
     c.set_defaults(func=cmd_search)
 
     c = sub.add_parser("retrieval-eval", help="recall@k / MRR / nDCG against gold evidence, per method")
@@ -337,6 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", help="where retrieval_eval.json goes (default: the corpus run directory)")
     c.add_argument("--limit", type=int)
     c.add_argument("--no-chart", action="store_true")
+    c.add_argument("--raw-chunks", action="store_true",
+                   help="return raw chunks (a document may fill several slots) instead of distinct documents")
     c.set_defaults(func=cmd_retrieval_eval)
 
     c = sub.add_parser("eval", help="run an agent over a QA set (endpoint, local model or oracle) and score it")
@@ -352,6 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--search-method", choices=["bm25", "dense", "hybrid"], help="default: the index's method")
     c.add_argument("--max-searches", type=int)
     c.add_argument("--passage-chars", type=int, help="cut each returned passage to this many characters")
+    c.add_argument("--raw-chunks", action="store_true", default=None,
+                   help="search returns raw chunks instead of the top_k distinct documents")
     c.add_argument("--prompt", help="system prompt name (search, search_brief, sql) or text")
     c.add_argument("--policy", choices=["endpoint", "local", "oracle"])
     g = c.add_argument_group("endpoint policy")
@@ -456,6 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--host", default="127.0.0.1")
     c.add_argument("--port", type=int, default=8765)
     c.add_argument("--method", choices=["bm25", "dense", "hybrid"])
+    c.add_argument("--raw-chunks", action="store_true",
+                   help="return raw chunks (a document may fill several slots) instead of distinct documents")
     c.set_defaults(func=cmd_serve)
     return p
 

@@ -31,6 +31,7 @@ class EvalConfig:
     mcp_url: str | None = None  # search through a remote MCP retrieval server instead
     top_k: int = 5
     search_method: str | None = None  # bm25 | dense | hybrid; default: the index's
+    raw_chunks: bool = False  # search returns raw chunks instead of the top_k distinct documents
     max_searches: int = 4
     sql_partial_credit: float = 0.1  # SQL exec score when statements ran but the result/final table is wrong
     sql_jaccard: bool = False  # SQL: Jaccard overlap of rows as partial credit when larger than the above
@@ -57,7 +58,7 @@ def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
     cfg = from_dict(EvalConfig, (preset or {}).get("eval"), "eval")
     o = {k: v for k, v in overrides.items() if v is not None}
     for key in ("name", "qa", "limit", "offset", "env", "index", "mcp_url", "top_k", "max_searches", "prompt",
-                "policy", "passage_chars", "search_method", "sql_partial_credit", "sql_jaccard"):
+                "policy", "passage_chars", "search_method", "sql_partial_credit", "sql_jaccard", "raw_chunks"):
         if key in o:
             setattr(cfg, key, o[key])
     for key in ("base_url", "model", "api_key", "temperature", "top_p", "max_tokens"):
@@ -98,7 +99,8 @@ def build_task(cfg: EvalConfig, preset: dict | None = None):
             from agentrl.retrieval import Retriever
 
             index = cfg.index or str(corpus_paths(preset or {})[1])
-            retriever = Retriever.load(index, dense=cfg.search_method != "bm25")
+            retriever = Retriever.load(index, dense=cfg.search_method != "bm25",
+                                       overrides={"distinct": False} if cfg.raw_chunks else None)
             backend = LocalSearch(retriever, cfg.search_method)
         return search_task(backend, top_k=cfg.top_k, max_searches=cfg.max_searches, prompt=cfg.prompt or "search",
                            passage_chars=cfg.passage_chars)

@@ -55,11 +55,13 @@ def build_server(retriever, *, method: str | None = None, max_top_k: int = 50, n
 
 
 def serve(index_dir: str, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
-          method: str | None = None, max_top_k: int = 50) -> None:
-    """Load the index, warm the embedder up and serve until interrupted (blocks)."""
+          method: str | None = None, max_top_k: int = 50, distinct: bool | None = None) -> None:
+    """Load the index, warm the embedder up and serve until interrupted (blocks).
+
+    ``distinct`` overrides the index's setting: distinct documents (default) or raw chunks (False)."""
     from agentrl.retrieval import Retriever
 
-    retriever = Retriever.load(index_dir)
+    retriever = Retriever.load(index_dir, overrides={"distinct": distinct})
     retriever.search("warm up", 1, method)  # load the embedder before the first client waits for it
     server = build_server(retriever, method=method, max_top_k=max_top_k)
     if transport == "stdio":

@@ -127,20 +127,22 @@ def recall_chart(report: dict):
 
 def run_retrieval_eval(index_dir: str | Path, qa: str | Path, *, out_dir: str | Path | None = None,
                        methods: Sequence[str] = ("bm25", "dense", "hybrid"), ks: Sequence[int] = DEFAULT_KS,
-                       limit: int | None = None, chart: bool = True) -> dict:
+                       limit: int | None = None, chart: bool = True, distinct: bool | None = None) -> dict:
     """Evaluate the index at ``index_dir`` on the QA file and write ``retrieval_eval.json`` (+ PNG chart).
 
-    ``out_dir`` defaults to the corpus run directory that holds the index. Returns the report.
+    ``out_dir`` defaults to the corpus run directory that holds the index; ``distinct`` overrides the index's
+    setting (distinct documents, or raw chunks with False). Returns the report.
     """
     from agentrl.corpus import load_qa
     from agentrl.io import write_json
     from agentrl.retrieval import Retriever
 
-    retriever = Retriever.load(index_dir, dense=any(m != "bm25" for m in methods))
+    retriever = Retriever.load(index_dir, dense=any(m != "bm25" for m in methods), overrides={"distinct": distinct})
     rows = load_qa(qa, limit=limit)
     report = evaluate_retrieval(retriever, rows, methods=methods, ks=ks, source=str(qa))
     report["inputs"] = {"index": str(index_dir), "qa": str(qa)}
     report["index_config"] = retriever.manifest.get("config")
+    report["distinct"] = retriever.cfg.distinct
     out = Path(out_dir) if out_dir else Path(index_dir).parent
     write_json(out / "retrieval_eval.json", report)
     if chart:

@@ -32,7 +32,7 @@ from agentrl.retrieval.store import PassageStore, write_passages
 METHODS = ("bm25", "dense", "hybrid")
 # Settings that may differ from the saved ones at load time; the rest are baked into the index files.
 SEARCH_TIME: dict[str, set[str]] = {
-    "method": set(), "fusion": set(), "rrf_k": set(), "weights": set(), "depth": set(),
+    "method": set(), "fusion": set(), "rrf_k": set(), "weights": set(), "depth": set(), "distinct": set(),
     "bm25": {"backend", "numba_min_docs"},
     "dense": {"ef_search", "nprobe", "faiss_threads", "batch_size", "device"},
 }
@@ -52,6 +52,9 @@ class IndexConfig:
     rrf_k: float = 60.0
     weights: tuple[float, float] = (1.0, 1.0)  # (bm25, dense)
     depth: int = 50  # candidates taken from each retriever before fusion
+    # top_k distinct documents (best chunk each; one title = one document): chunks of one document or two
+    # documents with one title otherwise fill several of the few slots the agent reads (docs/decisions.md)
+    distinct: bool = True
 
     @classmethod
     def from_dict(cls, d: dict) -> IndexConfig:
@@ -129,6 +132,8 @@ class Retriever:
         # hybrid query's time on CPU, so query vectors are kept (bounded, least recently used first out)
         self._qcache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.query_cache_size = 20_000
+        self._keys: dict[int, str] = {}  # passage index -> document identity, for distinct results
+        self.key_cache_size = 1_000_000
 
     @classmethod
     def load(cls, directory: str | Path, *, dense: bool = True, overrides: dict | None = None) -> Retriever:
@@ -185,18 +190,28 @@ class Retriever:
         """Return the ``top_k`` best passages for one query (see search_batch)."""
         return self.search_batch([query], top_k, method)[0]
 
-    def search_batch(self, queries: list[str], top_k: int = 5, method: str | None = None) -> list[list[Hit]]:
+    def search_batch(self, queries: list[str], top_k: int = 5, method: str | None = None,
+                     distinct: bool | None = None) -> list[list[Hit]]:
         """Return the ``top_k`` best passages for each query, best first.
 
-        ``method`` is bm25, dense or hybrid (default: the index's). Raises DataError for an empty query,
-        ``top_k <= 0`` or an unknown method.
+        ``method`` is bm25, dense or hybrid (default: the index's). ``distinct`` (default: the index's, on)
+        returns the best chunk of each of the ``top_k`` best documents; off, raw chunks. Raises DataError for
+        an empty query, ``top_k <= 0`` or an unknown method.
         """
-        ranked = self.rank_batch(queries, top_k, method)
+        ranked = self.rank_batch(queries, top_k, method, distinct)
         return [[self._hit(i, s) for i, s in row] for row in ranked]
 
     def rank_batch(self, queries: list[str], top_k: int = 5, method: str | None = None,
-                   ) -> list[list[tuple[int, float]]]:
-        """Return ``[(passage_index, score)]`` per query without reading passage text (used by evaluation)."""
+                   distinct: bool | None = None) -> list[list[tuple[int, float]]]:
+        """Return ``[(passage_index, score)]`` per query without reading passage text (used by evaluation).
+
+        With ``distinct`` (default: the index's setting) each document appears once, by its best chunk.
+        """
+        distinct = self.cfg.distinct if distinct is None else distinct
+        if distinct:
+            # over-fetch so that dropping repeated documents still leaves top_k; fewer only if the corpus has fewer
+            wanted = max(4 * top_k, top_k + 20) if isinstance(top_k, int) and top_k > 0 else top_k
+            return [self._distinct(row, top_k) for row in self.rank_batch(queries, wanted, method, False)]
         method = method or self.cfg.method
         if method not in METHODS:
             raise DataError(f"unknown retrieval method '{method}' (choose from {', '.join(METHODS)})")
@@ -237,6 +252,30 @@ class Retriever:
                 while len(self._qcache) > self.query_cache_size:
                     self._qcache.popitem(last=False)
         return np.stack([found[q] for q in queries])
+
+    def doc_key(self, i: int) -> str:
+        """Return the document identity of passage ``i``: its title (case-folded), else its doc_id."""
+        key = self._keys.get(i)
+        if key is None:
+            p = self.store[i]
+            title = str(p.get("title") or "").strip().casefold()
+            key = title or f"doc:{p.get('doc_id', p.get('id'))}"
+            if len(self._keys) >= self.key_cache_size:
+                self._keys.clear()  # bounded; refilling costs one passage read per candidate
+            self._keys[i] = key
+        return key
+
+    def _distinct(self, ranked: list[tuple[int, float]], top_k: int) -> list[tuple[int, float]]:
+        seen: set[str] = set()
+        out = []
+        for i, score in ranked:  # best first, so the first chunk seen of a document is its best one
+            key = self.doc_key(i)
+            if key not in seen:
+                seen.add(key)
+                out.append((i, score))
+                if len(out) == top_k:
+                    break
+        return out
 
     def _hit(self, i: int, score: float) -> Hit:
         p = self.store[i]
