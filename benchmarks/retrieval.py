@@ -11,6 +11,9 @@ Parts:
 - speed: BM25 (bm25s, numba) batch retrieval and build time + peak RSS on 100k synthetic passages; faiss
   Flat search from query vectors; the share of a hybrid query spent in fusion; bm25s vs rank_bm25 on 10k
   passages with the top-10 agreement of the matching variant (bm25s robertson == BM25Okapi epsilon=0).
+- distinct: hybrid recall@5 with raw chunks vs the top-5 distinct documents (the default), and the share of
+  questions whose raw top-5 repeats a document, on the sample index (200-token chunks) and on the same contexts
+  cut into 64-token chunks (long documents: several chunks per document, as in Wikipedia-page corpora).
 - mcp: 50 concurrent clients x 100 calls against `agentrl serve --transport http` on loopback.
 """
 
@@ -43,6 +46,37 @@ def sample_index() -> Path:
 
 
 # ----------------------------------------------------------------------------- quality
+
+
+def bench_distinct(index_dir: Path, chunk_size: int = 64) -> dict:
+    """Return hybrid recall@5 raw vs distinct per setting, with the share of questions whose raw top-5 repeats
+    a document (same title)."""
+    import tempfile
+
+    from agentrl.corpus import Chunker, chunk_documents, documents_from_contexts, embedder_tokenizer, load_qa
+    from agentrl.retrieval import Retriever, build_index
+    from agentrl.retrieval_eval import evaluate_retrieval
+
+    rows = load_qa(SAMPLE)
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        small = Path(tmp) / "index"
+        docs = documents_from_contexts(rows)
+        passages = list(chunk_documents(docs, Chunker(embedder_tokenizer("minilm"), chunk_size, 16)))
+        build_index(passages, small, progress=False)
+        for name, directory in (("chunks_200", index_dir), (f"chunks_{chunk_size}", small)):
+            retriever = Retriever.load(directory)
+            titles = retriever.titles()
+            raw = retriever.rank_batch([r["question"] for r in rows], 5, "hybrid", distinct=False)
+            repeated = sum(len({titles[i] for i, _ in hits}) < len(hits) for hits in raw) / len(rows)
+            res = {"passages": len(retriever), "questions_with_repeats_in_raw_top5": round(repeated, 4)}
+            for distinct in (False, True):
+                retriever.cfg.distinct = distinct
+                report = evaluate_retrieval(retriever, rows, methods=("hybrid",), ks=(5,))
+                res["distinct" if distinct else "raw"] = report["methods"]["hybrid"]["recall@5"]
+            out[name] = res
+    return out
+
 
 
 def bench_quality(index_dir: Path) -> dict:
@@ -294,14 +328,14 @@ def _cpu_seconds(pid: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--parts", default="quality,speed,mcp")
+    ap.add_argument("--parts", default="quality,distinct,speed,mcp")
     ap.add_argument("--index", help="index directory (default: the demo preset's sample index)")
     ap.add_argument("--docs", type=int, default=100_000)
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parts = set(args.parts.split(","))
     results: dict = {}
-    index_dir = Path(args.index) if args.index else sample_index() if parts & {"quality", "mcp"} else None
+    index_dir = Path(args.index) if args.index else sample_index() if parts & {"quality", "distinct", "mcp"} else None
     if "quality" in parts:
         q = results["quality"] = bench_quality(index_dir)
         print(f"quality (recall@5, HotpotQA sample; {100 * q['gold_present_share']:.1f}% of gold in corpus): "
@@ -311,6 +345,12 @@ def main() -> None:
         print(f"  hybrid query {q['hybrid_ms_per_query']:.2f} ms (batch of 200, MiniLM encoding "
               f"{100 * q['encoding_share_of_hybrid_query']:.0f}%), "
               f"fusion {100 * q['fusion_share_of_hybrid_query']:.2f}%")
+    if "distinct" in parts:
+        d = results["distinct"] = bench_distinct(index_dir)
+        for name, v in d.items():
+            print(f"distinct ({name}, {v['passages']} passages): hybrid recall@5 raw {v['raw']:.4f} -> distinct "
+                  f"{v['distinct']:.4f} ({v['distinct'] - v['raw']:+.4f}); raw top-5 repeats a document for "
+                  f"{100 * v['questions_with_repeats_in_raw_top5']:.1f}% of questions")
     if "speed" in parts:
         n_q = 2_000
         s = results["speed"] = bench_speed(args.docs, n_q)
