@@ -130,13 +130,18 @@ def usage_summary(per_turn: list[dict], tool_calls: int, tool_errors: dict[str, 
     }
 
 
-def error_trajectory(policy, task, row: dict, error: str, started: float) -> dict:
-    """Return the record of an item that failed (policy error, timeout): no messages, zero metrics."""
+def error_trajectory(policy, task, row: dict, error: str, started: float, kind: str = "internal") -> dict:
+    """Return the record of an item that failed (policy error, timeout, ...): no messages, zero metrics, the
+    readable ``error`` message and its ``error_kind``."""
+    try:
+        metrics = task.score(None, row, None)
+    except Exception:  # noqa: BLE001 - a scorer that needs the env still yields a record
+        metrics = {}
     return {
         "id": row["id"], "env": task.name, "model": getattr(policy, "model", None), "policy": policy.kind,
         "question": row["question"], "golden_answers": row.get("golden_answers", []), "messages": [], "tools": [],
-        "prediction": None, "metrics": task.score(None, row, None), "usage": usage_summary([], 0, {}),
-        "finish": "error", "error": error,
+        "prediction": None, "metrics": metrics, "usage": usage_summary([], 0, {}),
+        "finish": "error", "error": error, "error_kind": kind,
         "timing": {"started": round(started, 3), "seconds": round(time.time() - started, 4)},
         "metadata": {k: v for k, v in (row.get("metadata") or {}).items() if k not in HEAVY_METADATA},
     }

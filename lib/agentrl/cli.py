@@ -115,6 +115,9 @@ def cmd_search(args) -> int:
 
     retriever = Retriever.load(args.index, dense=args.method != "bm25")
     hits = retriever.search_batch([args.query], args.top_k, args.method, distinct=False if args.raw_chunks else None)[0]
+    if not hits:
+        print(f"no passage matches {args.query!r} (no searchable term in the index's vocabulary)")
+        return 0
     table = Table(title=f"{args.method or retriever.cfg.method}: {args.query}")
     for col in ("rank", "score", "id", "title", "text"):
         table.add_column(col, overflow="fold")
@@ -140,7 +143,7 @@ def cmd_serve(args) -> int:
     from agentrl.mcp_server import serve
 
     serve(args.index, transport=args.transport, host=args.host, port=args.port, method=args.method,
-          distinct=False if args.raw_chunks else None)
+          distinct=False if args.raw_chunks else None, max_query_chars=args.max_query_chars)
     return 0
 
 
@@ -155,6 +158,12 @@ def cmd_eval(args) -> int:
     cfg = eval_config(preset, **vars(args))
     metrics = run_eval(cfg, preset, resume=args.resume, overwrite=args.overwrite)
     print_eval_metrics(metrics, RUNS / "eval" / cfg.name)
+    if metrics.get("errors"):
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted((metrics.get("error_kinds") or {}).items()))
+        print(f"{metrics['errors']} of {metrics['n']} items failed: {kinds} (see 'error' in trajectories.jsonl; "
+              "--resume retries them)", file=sys.stderr)
+    if metrics.get("n") and metrics.get("errors") == metrics["n"]:
+        return 1  # nothing was evaluated: a script must not take this run for a result
     return 0
 
 
@@ -460,6 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("serve", help="serve the retriever as an MCP tool (stdio or streamable HTTP)")
     c.add_argument("--index", required=True)
     c.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    c.add_argument("--max-query-chars", type=int, default=2000, help="longer queries get a tool error at once")
     c.add_argument("--host", default="127.0.0.1")
     c.add_argument("--port", type=int, default=8765)
     c.add_argument("--method", choices=["bm25", "dense", "hybrid"])

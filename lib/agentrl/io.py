@@ -75,6 +75,18 @@ def dumps(record: Any) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=_json_default)
 
 
+def encode_line(record: Any) -> bytes:
+    """Return the record as one UTF-8 JSON line; lone surrogates (a model may emit ``\\ud800``) become U+FFFD.
+
+    Without the replacement the encode raises and the record could never be written, on every resume again.
+    """
+    line = dumps(record) + "\n"
+    try:
+        return line.encode("utf-8")
+    except UnicodeEncodeError:
+        return line.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+
+
 def _json_default(obj: Any) -> Any:
     if hasattr(obj, "tolist"):  # numpy scalars and arrays
         return obj.tolist()
@@ -126,7 +138,7 @@ class JsonlAppender:
 
     def write(self, record: dict) -> None:
         """Append one record as one line."""
-        os.write(self._fd, (dumps(record) + "\n").encode("utf-8"))
+        os.write(self._fd, encode_line(record))
         if self._fsync:
             os.fsync(self._fd)
 
@@ -171,9 +183,9 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     n = 0
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "wb") as fh:
             for rec in records:
-                fh.write(dumps(rec) + "\n")
+                fh.write(encode_line(rec))
                 n += 1
         os.replace(tmp, path)
     except BaseException:

@@ -25,12 +25,22 @@ class Passage(BaseModel):
     score: float
 
 
-def build_server(retriever, *, method: str | None = None, max_top_k: int = 50, name: str = "agentrl-retrieval"):
-    """Return an ``MCPServer`` exposing ``search(query, top_k)`` over ``retriever``."""
+# A question or a few keywords; a longer "query" is a runaway generation or an attack. Refused at once: without
+# a cap one 1 MB query took ~2 s of tokenising and encoding, and distinct ones filled the query-vector cache.
+MAX_QUERY_CHARS = 2000
+
+
+def build_server(retriever, *, method: str | None = None, max_top_k: int = 50, name: str = "agentrl-retrieval",
+                 max_query_chars: int = MAX_QUERY_CHARS):
+    """Return an ``MCPServer`` exposing ``search(query, top_k)`` over ``retriever``; queries longer than
+    ``max_query_chars`` get a tool error at once."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    server = MCPServer(name=name, instructions="Search a passage corpus (hybrid BM25 + dense retrieval).")
+    # WARNING, not the default INFO: INFO logs every refused call ("Tool 'search' failed: ..."), a line per bad
+    # call that a flood of bad calls turns into a log flood (and a server blocked on a full stderr pipe)
+    server = MCPServer(name=name, instructions="Search a passage corpus (hybrid BM25 + dense retrieval).",
+                       log_level="WARNING")
     searcher = BatchSearcher(retriever, method)
 
     @server.tool()
@@ -43,19 +53,24 @@ def build_server(retriever, *, method: str | None = None, max_top_k: int = 50, n
         """
         if not query or not query.strip():
             raise ToolError("query must be a non-empty string")
+        if len(query) > max_query_chars:
+            raise ToolError(f"query too long: {len(query):,} characters (limit {max_query_chars:,})")
         if top_k < 1 or top_k > max_top_k:
             raise ToolError(f"top_k must be between 1 and {max_top_k} (got {top_k})")
         try:
             hits = await searcher.search(query, top_k)
         except DataError as exc:
             raise ToolError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - a tool error for this call, not a traceback in the log
+            raise ToolError(f"search failed: {type(exc).__name__}: {str(exc)[:200]}") from None
         return [Passage(id=h.id, title=h.title, text=h.text, score=h.score) for h in hits]
 
     return server
 
 
 def serve(index_dir: str, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
-          method: str | None = None, max_top_k: int = 50, distinct: bool | None = None) -> None:
+          method: str | None = None, max_top_k: int = 50, distinct: bool | None = None,
+          max_query_chars: int = MAX_QUERY_CHARS) -> None:
     """Load the index, warm the embedder up and serve until interrupted (blocks).
 
     ``distinct`` overrides the index's setting: distinct documents (default) or raw chunks (False)."""
@@ -63,7 +78,7 @@ def serve(index_dir: str, *, transport: str = "stdio", host: str = "127.0.0.1", 
 
     retriever = Retriever.load(index_dir, overrides={"distinct": distinct})
     retriever.search("warm up", 1, method)  # load the embedder before the first client waits for it
-    server = build_server(retriever, method=method, max_top_k=max_top_k)
+    server = build_server(retriever, method=method, max_top_k=max_top_k, max_query_chars=max_query_chars)
     if transport == "stdio":
         server.run("stdio")
     elif transport in ("http", "streamable-http"):

@@ -129,9 +129,16 @@ async def arun_batch(policy, task, rows: list[dict], out_dir: str | Path, cfg: R
     if resume and not overwrite:
         check_resumable(out_dir, fingerprint)  # before anything in the directory is touched
     wanted = set(ids)
-    done = [r for r in load_finished(path) if r["id"] in wanted] if resume else []
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_jsonl(path, done)  # atomic rewrite: finished lines only, so retried ids are not duplicated
+    with RunLock(out_dir):
+        done = [r for r in load_finished(path) if r["id"] in wanted] if resume else []
+        write_jsonl(path, done)  # atomic rewrite: finished lines only, so retried ids are not duplicated
+        return await _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fingerprint,
+                                 manifest_config, inputs, annotate)
+
+
+async def _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fingerprint, manifest_config,
+                      inputs, annotate) -> dict:
     done_ids = {r["id"] for r in done}
     todo = [r for r in rows if r["id"] not in done_ids]
     config = {"policy": policy.describe(), "task": {"name": task.name, **task.config},
@@ -157,20 +164,20 @@ async def arun_batch(policy, task, rows: list[dict], out_dir: str | Path, cfg: R
                 try:
                     traj = await asyncio.wait_for(run_episode(policy, task, row, max_turns=cfg.max_turns),
                                                   cfg.item_timeout)
-                except TimeoutError:
-                    traj = error_trajectory(policy, task, row, f"timeout after {cfg.item_timeout:g}s", started)
-                except FatalEndpointError as exc:
+                    if annotate is not None:
+                        await annotate(traj)
+                except FatalEndpointError as exc:  # a wrong key or model (policy or judge): stop the run
                     fatal.append(exc)
                     return
                 except Exception as exc:
-                    traj = error_trajectory(policy, task, row, scrub(f"{type(exc).__name__}: {exc}", secrets), started)
-                if annotate is not None and traj.get("error") is None:
-                    try:
-                        await annotate(traj)
-                    except FatalEndpointError as exc:  # e.g. the judge's key or model is wrong
-                        fatal.append(exc)
-                        return
-                out.write(traj)
+                    kind, message = error_kind(exc, cfg.item_timeout)
+                    traj = error_trajectory(policy, task, row, scrub(message, secrets), started, kind=kind)
+                try:
+                    out.write(scrub_values(traj, secrets))
+                except Exception as exc:  # noqa: BLE001 - whatever the record holds, the item is still recorded
+                    traj = error_trajectory(policy, task, row, f"the record could not be written: "
+                                            f"{type(exc).__name__}: {str(exc)[:300]}", started, kind="write_error")
+                    out.write(traj)
                 progress.update(traj)
 
         try:
@@ -184,6 +191,88 @@ async def arun_batch(policy, task, rows: list[dict], out_dir: str | Path, cfg: R
     return finalize(out_dir, rows)
 
 
+class RunLock:
+    """An exclusive lock on a run directory (``.lock``, flock): a second writer of the same run stops at once.
+
+    Without it a second ``eval`` on the same name rewrites trajectories.jsonl at start-up and the first one's
+    later appends land in an unlinked file. The lock file holds the holder's pid for the message; the kernel
+    releases the lock when the holder exits, even on SIGKILL.
+    """
+
+    def __init__(self, out_dir: Path):
+        self.path = Path(out_dir) / ".lock"
+        self._fd = -1
+
+    def __enter__(self) -> RunLock:
+        import fcntl
+        import os
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise DataError(f"{self.path.parent} is being written by another process (pid {holder}): wait for it "
+                            "to finish or use another --name") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import os
+
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def error_kind(exc: BaseException, item_timeout: float) -> tuple[str, str]:
+    """Return ``(kind, message)`` for an item that failed with ``exc``: timeout, endpoint_unavailable (still
+    failing after the retries), endpoint_rejected (4xx), malformed_reply, tool_crash or internal."""
+    from agentrl.policies.endpoint import MalformedReplyError
+
+    if isinstance(exc, TimeoutError):
+        return "timeout", f"timeout after {item_timeout:g}s"
+    text = f"{type(exc).__name__}: {str(exc)[:500]}"
+    if isinstance(exc, MalformedReplyError):
+        return "malformed_reply", text
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - openai is a dependency
+        openai = None
+    if openai is not None:
+        if isinstance(exc, openai.RateLimitError | openai.InternalServerError | openai.APITimeoutError
+                      | openai.APIConnectionError):
+            return "endpoint_unavailable", f"{text} (after the retries)"
+        if isinstance(exc, openai.APIStatusError):
+            return "endpoint_rejected", text
+    return "internal", text
+
+
+def scrub_values(obj, secrets: tuple[str, ...]):
+    """Return ``obj`` with every occurrence of a secret string replaced by ``***`` in any string, at any depth
+    (keys included); ``obj`` itself when there is no secret to remove."""
+    secrets = tuple(x for x in secrets if x and len(x) >= 4)
+    if not secrets:
+        return obj
+
+    def walk(o):
+        if isinstance(o, str):
+            for x in secrets:
+                if x in o:
+                    o = o.replace(x, "***")
+            return o
+        if isinstance(o, dict):
+            return {walk(k): walk(v) for k, v in o.items()}
+        if isinstance(o, list | tuple):
+            return [walk(v) for v in o]
+        return o
+
+    return walk(obj)
+
+
 def finalize(out_dir: Path, rows: list[dict]) -> dict:
     """Compute metrics.json over the trajectories of ``rows`` in ``out_dir``; return it.
 
@@ -195,6 +284,7 @@ def finalize(out_dir: Path, rows: list[dict]) -> dict:
     metrics["finish"] = _count(r.get("finish") for r in records)
     metrics["tools"] = tool_call_quality(records)
     metrics["missing"] = len({r["id"] for r in rows} - {r["id"] for r in records})
+    metrics["error_kinds"] = _count(r.get("error_kind") or "other" for r in records if r.get("error"))
     judged = [r["judge"].get("status") for r in records if isinstance(r.get("judge"), dict)]
     if judged:
         metrics["judge_status"] = {"ok": 0, "fallback": 0, **_count(judged)}

@@ -19,6 +19,9 @@ message, which lets one server play many scripts at once:
   (the client sees a dropped connection, not an HTTP status).
 - ``[[mode:reasoning_field]]`` like ``reasoning_only`` but the text is in ``reasoning`` (the field vLLM and
   OpenRouter use) instead of ``reasoning_content``.
+- ``[[hostile:KIND]]`` a malformed or hostile reply from the catalogue ``HOSTILE`` (invalid bodies, shape
+  variations, broken tool calls, echoed keys, ...); tool-call kinds misbehave on the first turn only, then
+  the script answers ``<answer>Paris</answer>``; ``*_once`` body kinds only on the first request.
 - Judge requests (a system prompt starting with "You grade"): CORRECT when the normalised prediction
   equals a gold answer; ``[[judge:empty]]`` / ``[[judge:garbage]]`` / ``[[judge:hedge]]`` (a sentence
   containing CORRECT) / ``[[judge:empty:N]]`` in the prediction script empty or unparseable replies (the
@@ -91,6 +94,10 @@ class Script:
             self.attempts[key] += 1
             if self.attempts[key] <= int(n or 1):
                 return int(status), {"error": {"message": f"scripted {status}"}}, {"retry-after": "0"}
+        if "hostile" in marks:
+            key = "hostile:" + first_user
+            self.attempts[key] += 1
+            return hostile_reply(marks["hostile"], self.attempts[key], messages, auth)
         system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
         if system.startswith("You grade"):
             return 200, self._completion(body, self._judge(first_user), None), {}
@@ -173,6 +180,147 @@ class Script:
         }
 
 
+def _reply(message: dict | None = None, *, usage="default", finish="stop", choice_extra: dict | None = None) -> dict:
+    choice = {"index": 0, "message": message if message is not None else {"role": "assistant", "content": ""},
+              "finish_reason": finish, **(choice_extra or {})}
+    body = {"id": "chatcmpl-h", "object": "chat.completion", "created": 0, "model": "scripted", "choices": [choice]}
+    if usage != "absent":
+        body["usage"] = {"prompt_tokens": 10, "completion_tokens": 5} if usage == "default" else usage
+    return body
+
+
+_ANSWER = "<answer>Paris</answer>"
+
+
+def _answer(**kw) -> dict:
+    return _reply({"role": "assistant", "content": _ANSWER}, **kw)
+
+
+def _calls(*calls) -> dict:
+    return _reply({"role": "assistant", "content": "", "tool_calls": list(calls)}, finish="tool_calls")
+
+
+def _fn(name, arguments, call_id="call_h") -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+_DEEP = '{"query": ' + "[" * 40_000 + "]" * 40_000 + "}"
+# kind -> (what the first request gets, what it is for). Values: bytes (a raw 200 body), (status, bytes),
+# a dict (a JSON body), or a callable(api_key) returning one of those. Kinds ending in "_once" misbehave on the
+# first request only; tool-call kinds on the first turn only.
+HOSTILE = {
+    # bodies that are no chat completion: retried, then recorded as malformed_reply
+    "truncated_json": b'{"id": "chatcmpl-1", "choices": [{"message": {"content": "<ans',
+    "empty_body": b"",
+    "html_body": b"<html><body>502 Bad Gateway</body></html>",
+    "plain_text": b"OK",
+    "json_null": b"null",
+    "json_array": b"[]",
+    "json_string": b'"hello"',
+    "json_number": b"42",
+    "invalid_utf8": b'\xff\xfe{"choices": []}',
+    "nan_choices": b'{"choices": NaN}',
+    "no_choices": {"id": "x", "object": "chat.completion"},
+    "empty_choices": {"id": "x", "choices": []},
+    "null_choices": {"choices": None},
+    "string_choices": {"choices": "abc"},
+    "choice_not_object": {"choices": [1]},
+    "message_null": {"choices": [{"index": 0, "message": None}]},
+    "message_string": {"choices": [{"index": 0, "message": "<answer>Paris</answer>"}]},
+    "error_object_200": {"error": {"message": "overloaded", "type": "server_error"}},
+    # transient: the retry gets a good reply
+    "truncated_json_once": b'{"choices": [',
+    "empty_body_once": b"",
+    "html_body_once": b"<html>504</html>",
+    # shape variations with a usable answer: kept
+    "content_parts": _reply({"role": "assistant", "content": [{"type": "text", "text": _ANSWER}]}),
+    "content_parts_split": _reply({"role": "assistant", "content": [{"type": "text", "text": "<answer>Par"},
+                                                                    {"type": "text", "text": "is</answer>"}]}),
+    "content_string_parts": _reply({"role": "assistant", "content": ["<answer>", "Paris</answer>"]}),
+    "content_parts_with_image": _reply({"role": "assistant", "content": [{"type": "image_url", "image_url": {}},
+                                                                         {"type": "text", "text": _ANSWER}]}),
+    "usage_strings": _answer(usage={"prompt_tokens": "12", "completion_tokens": "3"}),
+    "usage_floats": _answer(usage={"prompt_tokens": 12.5, "completion_tokens": 3.0}),
+    "usage_negative": _answer(usage={"prompt_tokens": -1, "completion_tokens": -5}),
+    "usage_null": _answer(usage=None),
+    "usage_list": _answer(usage=[1, 2]),
+    "usage_string": _answer(usage="lots"),
+    "usage_bools": _answer(usage={"prompt_tokens": True, "completion_tokens": False}),
+    "usage_nested": _answer(usage={"prompt_tokens": {"n": 1}, "completion_tokens": [3]}),
+    "usage_absent": _answer(usage="absent"),
+    "finish_reason_number": _answer(finish=3),
+    "finish_reason_null": _answer(finish=None),
+    "finish_reason_object": _answer(finish={"type": "stop"}),
+    "reasoning_parts": _reply({"role": "assistant", "content": _ANSWER,
+                               "reasoning_content": [{"type": "text", "text": "thinking"}]}),
+    "reasoning_number": _reply({"role": "assistant", "content": _ANSWER, "reasoning": 7}),
+    "extra_fields": _reply({"role": "assistant", "content": _ANSWER, "audio": None, "x-vendor": {"a": [1]}},
+                           choice_extra={"logprobs": {"content": []}, "stop_reason": 2}),
+    "completions_style": {"choices": [{"index": 0, "text": _ANSWER, "finish_reason": "stop"}]},
+    "role_missing": _reply({"content": _ANSWER}),
+    "lone_surrogate": _reply({"role": "assistant", "content": "<answer>Paris</answer> \ud800 \udfff"}),
+    "lone_surrogate_reasoning": _reply({"role": "assistant", "content": _ANSWER, "reasoning_content": "\udc80"}),
+    "nul_bytes": _reply({"role": "assistant", "content": "\u0000<answer>Paris</answer>\u0000"}),
+    "huge_content": _reply({"role": "assistant", "content": "x" * 1_000_000 + _ANSWER}),
+    "unicode_mix": _reply({"role": "assistant", "content": "\u202e\U0001f600 <answer>Paris</answer> \ufeff"}),
+    "answer_twice": _reply({"role": "assistant", "content": "<answer>Lyon</answer> no: <answer>Paris</answer>"}),
+    "content_number": _reply({"role": "assistant", "content": 42}),
+    "content_object": _reply({"role": "assistant", "content": {"answer": "Paris"}}),
+    "echo_key": lambda key: _reply({"role": "assistant", "content": f"your key is {key} <answer>Paris</answer>"}),
+    "echo_key_in_reasoning": lambda key: _reply({"role": "assistant", "content": _ANSWER,
+                                                 "reasoning_content": f"auth was Bearer {key}"}),
+    "echo_key_in_tool_args": lambda key: _calls(_fn("search", json.dumps({"query": f"Paris {key}"}))),
+    "echo_key_in_tool_name": lambda key: _calls(_fn(f"search_{key}", "{}")),
+    # broken tool calls: each comes back to the model as a tool error, then the script answers
+    "tool_calls_null": _reply({"role": "assistant", "content": _ANSWER, "tool_calls": None}),
+    "tool_calls_string": _reply({"role": "assistant", "content": _ANSWER, "tool_calls": "search"}),
+    "tool_call_not_object": _calls(1),
+    "tool_call_no_function": _calls({"id": "c1", "type": "function"}),
+    "function_not_object": _calls({"id": "c1", "type": "function", "function": "search"}),
+    "function_name_null": _calls(_fn(None, '{"query": "Paris"}')),
+    "function_name_number": _calls(_fn(7, '{"query": "Paris"}')),
+    "function_name_empty": _calls(_fn("", '{"query": "Paris"}')),
+    "unknown_tool": _calls(_fn("lookup", '{"query": "Paris"}')),
+    "arguments_object": _calls(_fn("search", {"query": "Paris capital"})),
+    "arguments_null": _calls(_fn("search", None)),
+    "arguments_number": _calls(_fn("search", 5)),
+    "arguments_list": _calls(_fn("search", ["Paris"])),
+    "arguments_invalid_json": _calls(_fn("search", '{"query": "Par')),
+    "arguments_deeply_nested": _calls(_fn("search", _DEEP)),
+    "arguments_oversized": _calls(_fn("search", json.dumps({"query": "Paris " * 40_000}))),
+    "arguments_long_query": _calls(_fn("search", json.dumps({"query": "Paris " * 1_000}))),
+    "arguments_extra_key": _calls(_fn("search", '{"query": "Paris", "limit": 3}')),
+    "arguments_wrong_type": _calls(_fn("search", '{"query": 5}')),
+    "query_empty": _calls(_fn("search", '{"query": "  "}')),
+    "query_no_terms": _calls(_fn("search", '{"query": "the of and"}')),
+    "query_punctuation": _calls(_fn("search", '{"query": "?!"}')),
+    "query_nul": _calls(_fn("search", '{"query": "Paris\\u0000"}')),
+    "many_calls": _calls(*[_fn("search", json.dumps({"query": f"Paris {i}"}), f"c{i}") for i in range(40)]),
+    "duplicate_call_ids": _calls(_fn("search", '{"query": "Paris"}', "same"),
+                                 _fn("search", '{"query": "Lyon"}', "same")),
+    "call_id_missing": _calls({"type": "function", "function": {"name": "search", "arguments": '{"query": "Paris"}'}}),
+    "hermes_broken": _reply({"role": "assistant", "content": "<tool_call>{not json</tool_call>"}),
+    # HTTP statuses
+    "status_400": (400, b'{"error": {"message": "bad request"}}'),
+    "status_422": (422, b'{"error": {"message": "unprocessable"}}'),
+    "status_500_always": (500, b'{"error": {"message": "boom"}}'),
+    "status_503_html": (503, b"<html>Service Unavailable</html>"),
+}
+
+
+def hostile_reply(kind: str, attempt: int, messages: list[dict], api_key: str | None) -> tuple[int, object, dict]:
+    """Return ``(status, body, headers)`` for a ``[[hostile:KIND]]`` conversation (body: dict or raw bytes)."""
+    if kind not in HOSTILE:
+        return 400, {"error": {"message": f"unknown hostile kind {kind!r}"}}, {}
+    if any(m.get("role") == "tool" for m in messages) or (kind.endswith("_once") and attempt > 1):
+        return 200, _answer(), {}
+    spec = HOSTILE[kind]
+    if callable(spec):
+        spec = spec((api_key or "").removeprefix("Bearer "))
+    status, body = spec if isinstance(spec, tuple) else (200, spec)
+    return status, body, {"retry-after": "0"} if status >= 500 else {}
+
+
 def _call(name: str, arguments: str) -> dict:
     _call.n = getattr(_call, "n", 0) + 1
     return {"id": f"call_{_call.n}", "type": "function", "function": {"name": name, "arguments": arguments}}
@@ -202,7 +350,10 @@ def build_app(script: Script):
         status, payload, headers = await script.reply(body, request.headers.get("authorization"))
         if status == 0:
             return DroppedConnection()
-        return JSONResponse(payload, status_code=status, headers=headers)
+        if isinstance(payload, bytes):
+            return Response(payload, status_code=status, headers=headers, media_type="application/json")
+        # allow_nan/ensure_ascii as json.dumps defaults: hostile bodies carry NaN and lone surrogates verbatim
+        return Response(json.dumps(payload), status_code=status, headers=headers, media_type="application/json")
 
     async def models(request: Request):
         return JSONResponse({"object": "list", "data": [{"id": "scripted", "object": "model"}]})

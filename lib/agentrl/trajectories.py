@@ -118,6 +118,10 @@ def _fast_frame(path: Path):
     raw = pl.read_ndjson(path, schema=_schema())
     if raw.height and (raw["id"].null_count() or raw["question"].null_count() or raw["metrics"].null_count()):
         raise ValueError("missing required fields")
+    if _count_in_file(path, rb'"messages"\s*:\s*\[') < raw.height:
+        # messages are not parsed here; a record without them (or with a non-list) goes the careful way,
+        # which names file and line, so analyze refuses what curate would refuse
+        raise ValueError("messages not found in every record")
     usage = pl.col("usage")
     frame = raw.select(
         pl.lit(str(path)).alias("source"), pl.int_range(pl.len()).cast(pl.Int64).alias("row"), "id",
@@ -143,6 +147,17 @@ def _fast_frame(path: Path):
         fix = pl.DataFrame([{c: p[c] for c in cols} for p in patch], schema={c: pl.Int64 for c in cols})
         frame = frame.update(fix, on="row")
     return frame
+
+
+def _count_in_file(path: Path, pattern: bytes) -> int:
+    """Return how many times the regular expression ``pattern`` matches in the file (through a memory map)."""
+    import mmap
+    import re
+
+    if path.stat().st_size == 0:
+        return 0
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        return sum(1 for _ in re.finditer(pattern, mm))
 
 
 def _lines(path: Path, rows: set[int]) -> dict[int, bytes]:

@@ -56,6 +56,10 @@ def api_tools(schemas: list[dict]) -> list[dict]:
             for s in schemas]
 
 
+# tool arguments are a query or a statement: anything larger is a runaway generation, answered as a tool error
+MAX_ARGUMENT_CHARS = 100_000
+
+
 def parse_arguments(raw: Any) -> dict:
     """Return tool-call arguments as a dict; ``raw`` is a JSON string (OpenAI) or already a dict.
 
@@ -65,10 +69,14 @@ def parse_arguments(raw: Any) -> dict:
         return raw
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
+    if isinstance(raw, str) and len(raw) > MAX_ARGUMENT_CHARS:
+        raise ValueError(f"arguments of {len(raw):,} characters exceed the limit of {MAX_ARGUMENT_CHARS:,}")
     try:
         value = json.loads(raw)
     except (json.JSONDecodeError, TypeError) as exc:
         raise ValueError(f"invalid JSON in arguments ({exc}): {str(raw)[:200]}") from None
+    except RecursionError:
+        raise ValueError("arguments are nested too deeply") from None
     if not isinstance(value, dict):
         raise ValueError(f"arguments must be a JSON object, got {type(value).__name__}")
     return value

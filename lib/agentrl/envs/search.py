@@ -28,6 +28,8 @@ from collections.abc import Callable
 from agentrl.metrics import gold_list
 from agentrl.retrieval.index import Hit
 
+MAX_QUERY_CHARS = 2000  # the same cap as the MCP server's (agentrl.mcp_server.MAX_QUERY_CHARS)
+
 
 class LocalSearch:
     """Search a loaded Retriever; concurrent calls on one event loop share batched retrievals."""
@@ -121,8 +123,8 @@ class SearchEnv:
     """Multi-hop QA over a passage corpus with a single search tool."""
 
     def __init__(self, backend=None, top_k: int = 5, max_searches: int | None = None,
-                 passage_chars: int | None = None):
-        self._backend, self._top_k = backend, top_k
+                 passage_chars: int | None = None, max_query_chars: int = MAX_QUERY_CHARS):
+        self._backend, self._top_k, self._max_query_chars = backend, top_k, max_query_chars
         self._max_searches, self._passage_chars = max_searches, passage_chars
         self.reset()
 
@@ -142,6 +144,9 @@ class SearchEnv:
         """
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
+        if len(query) > self._max_query_chars:
+            raise ValueError(f"query too long: {len(query):,} characters (limit {self._max_query_chars:,}); "
+                             "search with a few keywords or a short question")
         if self._max_searches is not None and self.calls >= self._max_searches:
             return f"Search limit reached ({self._max_searches} searches). Answer now with what you have."
         if self._backend is None:

@@ -42,6 +42,11 @@ class FatalEndpointError(RuntimeError):
     """An error no retry can fix (bad key, unknown model, malformed request): the run should stop."""
 
 
+class MalformedReplyError(RuntimeError):
+    """The endpoint answered 200 with a body that is no usable chat completion (invalid JSON after the
+    retries, no choices, a non-object message)."""
+
+
 def fatal_api_errors() -> tuple[type[Exception], ...]:
     """Return the openai exceptions that mean the endpoint refuses the run (401, 403, 404): no retry or
     fallback can fix a wrong key or model, so the policy and the judge turn them into FatalEndpointError."""
@@ -149,16 +154,23 @@ class EndpointPolicy:
                 # message through the SDK's typed-dict transform and builds pydantic models for the reply,
                 # ~3 ms of CPU per call that capped the harness benchmark. Errors are still the SDK's.
                 resp = await client.post("/chat/completions", body=request, cast_to=httpx2.Response)
-                return _turn_from_json(json.loads(resp.content), time.perf_counter() - start)
+                body = json.loads(resp.content)
             except (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
-                    openai.APIConnectionError) as exc:
+                    openai.APIConnectionError, ValueError) as exc:
+                # ValueError: a truncated or invalid JSON body (JSONDecodeError, bad UTF-8) is a transient
+                # server fault like a 5xx: retried with the same backoff, then recorded
                 if attempt >= self.cfg.max_retries:
+                    if isinstance(exc, ValueError):
+                        raise MalformedReplyError(f"invalid JSON body after {attempt + 1} attempts: "
+                                                  f"{type(exc).__name__}: {str(exc)[:200]}") from None
                     raise
                 await asyncio.sleep(backoff_delay(attempt, self.cfg.backoff_base, self.cfg.backoff_max,
                                                   _retry_after(exc)))
                 attempt += 1
+                continue
             except fatal_api_errors() as exc:
                 raise FatalEndpointError(f"{type(exc).__name__}: {exc}") from None
+            return _turn_from_json(body, time.perf_counter() - start)
 
     async def aclose(self) -> None:
         """Close the HTTP client of the running event loop."""
@@ -190,26 +202,76 @@ def _wire_message(m: dict) -> dict:
     return out
 
 
-def _turn_from_json(resp: dict, latency: float) -> Turn:
+def _text(value) -> str:
+    """Return message content as text: a string, a list of parts (``{"type": "text", "text": ...}`` or plain
+    strings, as some servers send), or None; other JSON values are rendered as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = []
+        for part in value:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "".join(parts)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _count(value) -> int | None:
+    """Return a token count as a non-negative int, or None for anything that is not one ("12" is 12)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float) and value == value and value not in (float("inf"), float("-inf")):
+        return int(value) if value >= 0 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _turn_from_json(resp, latency: float) -> Turn:
     """Return the Turn of a chat-completions JSON reply (reasoning read from ``reasoning`` or
-    ``reasoning_content``; hermes tool calls in ``content`` parsed when the server has no tool parser)."""
-    choices = resp.get("choices") or []
-    if not choices:
-        raise RuntimeError(f"endpoint returned no choices: {str(resp)[:200]}")
+    ``reasoning_content``; hermes tool calls in ``content`` parsed when the server has no tool parser).
+
+    Shape variations are normalised so a usable answer is kept (content as a list of parts, usage counts as
+    strings or floats, tool-call arguments as objects); a reply without a usable message raises
+    MalformedReplyError. A tool call without a function name comes back to the model as an invalid call."""
+    if not isinstance(resp, dict):
+        raise MalformedReplyError(f"the reply is a JSON {type(resp).__name__}, not an object: {str(resp)[:200]}")
+    choices = resp.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        detail = resp.get("error") if isinstance(resp.get("error"), dict | str) else str(resp)[:200]
+        raise MalformedReplyError(f"the reply has no choices: {str(detail)[:200]}")
     choice = choices[0]
-    msg = choice.get("message") or {}
-    content = msg.get("content") or ""
+    msg = choice.get("message")
+    if msg is None and isinstance(choice.get("text"), str):  # a completions-style reply
+        msg = {"content": choice["text"]}
+    if not isinstance(msg, dict):
+        raise MalformedReplyError(f"choices[0].message is {type(msg).__name__}, not an object")
+    content = _text(msg.get("content"))
     reasoning = msg.get("reasoning") or msg.get("reasoning_content")
+    reasoning = _text(reasoning) or None
     calls = []
-    for i, tc in enumerate(msg.get("tool_calls") or []):
-        fn = tc.get("function") or {}
+    raw_calls = msg.get("tool_calls")
+    for i, tc in enumerate(raw_calls if isinstance(raw_calls, list) else []):
+        tc = tc if isinstance(tc, dict) else {}
+        fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+        name = fn.get("name") if isinstance(fn.get("name"), str) and fn.get("name") else None
         args = fn.get("arguments")
-        calls.append({"id": tc.get("id") or f"call_{i}", "name": fn.get("name"),
-                      "arguments": args if isinstance(args, str) else json.dumps(args or {})})
+        try:
+            args = args if isinstance(args, str) else json.dumps(args if args is not None else {})
+        except (TypeError, ValueError, RecursionError):
+            args = str(args)[:1000]
+        call_id = tc.get("id") if isinstance(tc.get("id"), str) and tc.get("id") else f"call_{i}"
+        calls.append({"id": call_id, "name": name, "arguments": args if name else (args or json.dumps(tc)[:1000])})
     if not calls and "<tool_call>" in content:
         content, calls, think = parse_hermes(content)
         reasoning = reasoning or think
-    usage = resp.get("usage") or {}
-    return Turn(content=content, tool_calls=calls, reasoning=reasoning, finish_reason=choice.get("finish_reason"),
-                prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
-                latency_s=latency)
+    usage = resp.get("usage") if isinstance(resp.get("usage"), dict) else {}
+    finish = choice.get("finish_reason")
+    return Turn(content=content, tool_calls=calls, reasoning=reasoning,
+                finish_reason=finish if isinstance(finish, str) else None,
+                prompt_tokens=_count(usage.get("prompt_tokens")),
+                completion_tokens=_count(usage.get("completion_tokens")), latency_s=latency)

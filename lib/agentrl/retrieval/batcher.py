@@ -33,11 +33,28 @@ class BatchSearcher:
             k = max(top_k for _, top_k, _ in batch)
             try:
                 hits = await asyncio.to_thread(self.retriever.search_batch, [q for q, _, _ in batch], k, self.method)
-            except Exception as exc:  # one bad batch must not strand the callers waiting on it
-                for _, _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
+            except Exception:  # noqa: BLE001 - one bad query must not fail the others: answer each on its own
+                await asyncio.to_thread(self._one_by_one, batch)
                 continue
             for (_, top_k, fut), row in zip(batch, hits, strict=True):
                 if not fut.done():
                     fut.set_result(row[:top_k])
+
+    def _one_by_one(self, batch: list) -> None:
+        loop = None
+        for query, top_k, fut in batch:
+            loop = loop or fut.get_loop()
+            try:
+                result, exc = self.retriever.search_batch([query], top_k, self.method)[0], None
+            except Exception as err:  # noqa: BLE001 - handed to that caller only
+                result, exc = None, err
+            loop.call_soon_threadsafe(_settle, fut, result, exc)
+
+
+def _settle(fut: asyncio.Future, result, exc) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)

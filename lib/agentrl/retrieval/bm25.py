@@ -96,10 +96,15 @@ class BM25Index:
         Zero scores mean "no query term matched"; callers drop those hits.
         """
         k = min(k, self.n_docs)
-        # bm25s rejects queries made only of unknown tokens on some paths; a dummy keeps shapes regular.
-        safe = [toks if toks else [""] for toks in query_tokens]
-        res = self.retriever.retrieve(safe, k=k, show_progress=False, n_threads=1)
-        return np.asarray(res.documents), np.asarray(res.scores)
+        ids = np.full((len(query_tokens), k), -1, dtype=np.int64)
+        scores = np.zeros((len(query_tokens), k), dtype=np.float32)
+        # a query with no searchable term ("the of and", "?") matches nothing; bm25s raises on it, and in a
+        # batch that would fail every other query, so it is left out and gets no hit
+        live = [i for i, toks in enumerate(query_tokens) if toks]
+        if live:
+            res = self.retriever.retrieve([query_tokens[i] for i in live], k=k, show_progress=False, n_threads=1)
+            ids[live], scores[live] = np.asarray(res.documents), np.asarray(res.scores)
+        return ids, scores
 
     def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Tokenise ``queries`` like the corpus and return ``(doc_indices, scores)`` (see search_tokens)."""

@@ -1,0 +1,232 @@
+"""Hostile replies, queries and writers against real processes: the scripted endpoint, the MCP server, the CLI.
+
+The hostile-reply corpus (``agentrl.scripted_endpoint.HOSTILE``) is run in one batch; each kind has an expected
+outcome below. No reply may crash the runner, lose an item, leak the key or leave a line that cannot be read.
+"""
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agentrl.cli import main
+from agentrl.envs.search import LocalSearch, SearchEnv
+from agentrl.io import DataError
+from agentrl.policies.endpoint import EndpointConfig, EndpointPolicy
+from agentrl.runner import RunConfig, RunLock, run_batch
+from agentrl.scripted_endpoint import HOSTILE
+from agentrl.tasks import search_task
+from conftest import free_port, start_process, stop_process
+
+KEY = "sk-test-Zq81-very-secret-key"
+
+MALFORMED = {"truncated_json", "empty_body", "html_body", "plain_text", "json_null", "json_array", "json_string",
+             "json_number", "invalid_utf8", "nan_choices", "no_choices", "empty_choices", "null_choices",
+             "string_choices", "choice_not_object", "message_null", "message_string", "error_object_200"}
+ANSWERED = {"truncated_json_once", "empty_body_once", "html_body_once", "content_parts", "content_parts_split",
+            "content_string_parts", "content_parts_with_image", "usage_strings", "usage_floats", "usage_negative",
+            "usage_null", "usage_list", "usage_string", "usage_bools", "usage_nested", "usage_absent",
+            "finish_reason_number", "finish_reason_null", "finish_reason_object", "reasoning_parts",
+            "reasoning_number", "extra_fields", "completions_style", "role_missing", "lone_surrogate",
+            "lone_surrogate_reasoning", "nul_bytes", "huge_content", "unicode_mix", "answer_twice", "echo_key",
+            "echo_key_in_reasoning", "tool_calls_null", "tool_calls_string"}
+NO_ANSWER = {"content_number", "content_object"}
+# tool-call kinds: the error kind of the first tool message (None: the call ran), then the script answers
+TOOL = {"tool_call_not_object": "invalid_tool_call", "tool_call_no_function": "invalid_tool_call",
+        "function_not_object": "invalid_tool_call", "function_name_null": "invalid_tool_call",
+        "function_name_number": "invalid_tool_call", "function_name_empty": "invalid_tool_call",
+        "hermes_broken": "invalid_tool_call", "unknown_tool": "unknown_tool", "echo_key_in_tool_name": "unknown_tool",
+        "arguments_object": None, "arguments_null": "invalid_arguments", "arguments_number": "invalid_arguments",
+        "arguments_list": "invalid_arguments", "arguments_invalid_json": "invalid_arguments",
+        "arguments_deeply_nested": "invalid_arguments", "arguments_oversized": "invalid_arguments",
+        "arguments_long_query": "tool_exception", "arguments_extra_key": "invalid_arguments",
+        "arguments_wrong_type": "tool_exception", "query_empty": "tool_exception", "query_no_terms": None,
+        "query_punctuation": None, "query_nul": None, "many_calls": None, "duplicate_call_ids": None,
+        "call_id_missing": None, "echo_key_in_tool_args": None}
+HTTP = {"status_400": "endpoint_rejected", "status_422": "endpoint_rejected",
+        "status_500_always": "endpoint_unavailable", "status_503_html": "endpoint_unavailable"}
+
+
+def test_the_expectations_cover_every_hostile_kind():
+    covered = [*MALFORMED, *ANSWERED, *NO_ANSWER, *TOOL, *HTTP]
+    assert len(covered) == len(set(covered)) and set(covered) == set(HOSTILE) and len(HOSTILE) >= 60
+
+
+@pytest.fixture(scope="module")
+def keyed_endpoint():
+    port = free_port()
+    proc = start_process([sys.executable, "-m", "agentrl.scripted_endpoint", "--port", str(port),
+                          "--api-key", KEY], port)
+    yield f"http://127.0.0.1:{port}/v1"
+    stop_process(proc)
+
+
+def _rows(kinds):
+    return [{"id": k, "question": f"[[hostile:{k}]] What is the capital of France?", "golden_answers": ["Paris"]}
+            for k in kinds]
+
+
+def _policy(url, retries=2):
+    return EndpointPolicy(EndpointConfig(base_url=url, model="scripted", api_key=KEY, max_retries=retries,
+                                         backoff_base=0.001, backoff_max=0.01, request_timeout=30))
+
+
+def test_every_hostile_reply_ends_as_its_expected_outcome_and_nothing_leaks(keyed_endpoint, small_retriever, tmp_path):
+    task = search_task(LocalSearch(small_retriever), top_k=2, max_searches=4)
+    out = tmp_path / "run"
+    metrics = run_batch(_policy(keyed_endpoint), task, _rows(sorted(HOSTILE)), out,
+                        RunConfig(concurrency=16, max_turns=3, progress=False))
+    raw = (out / "trajectories.jsonl").read_bytes()
+    lines = raw.decode("utf-8").splitlines()  # strict UTF-8: lone surrogates were replaced before writing
+    recs = {r["id"]: r for r in map(json.loads, lines)}
+    assert len(lines) == len(recs) == len(HOSTILE) and metrics["missing"] == 0
+    for kind in MALFORMED:
+        assert (recs[kind]["finish"], recs[kind]["error_kind"]) == ("error", "malformed_reply"), kind
+    for kind, expected in HTTP.items():
+        assert (recs[kind]["finish"], recs[kind]["error_kind"]) == ("error", expected), kind
+    for kind in ANSWERED:
+        r = recs[kind]
+        assert r["error"] is None and r["finish"] == "answer" and r["metrics"]["em"] == 1.0, (kind, r["error"])
+    for kind in NO_ANSWER:
+        assert recs[kind]["error"] is None and recs[kind]["finish"] == "no_answer", kind
+    for kind, tool_error in TOOL.items():
+        r = recs[kind]
+        tools = [m for m in r["messages"] if m["role"] == "tool"]
+        assert r["error"] is None and r["finish"] == "answer" and tools, kind
+        assert tools[0].get("error") == tool_error, (kind, tools[0]["content"][:200])
+    assert recs["usage_strings"]["usage"]["prompt_tokens"] == 12
+    assert recs["usage_negative"]["usage"]["prompt_tokens"] is None
+    assert "\ufffd" in recs["lone_surrogate"]["messages"][-1]["content"]
+    assert KEY.encode() not in raw and "***" in recs["echo_key"]["messages"][-1]["content"]
+    for path in out.iterdir():
+        assert KEY.encode() not in path.read_bytes(), path.name
+    assert metrics["error_kinds"] == {"malformed_reply": len(MALFORMED), "endpoint_rejected": 2,
+                                      "endpoint_unavailable": 2}
+
+
+def test_a_truncated_body_is_retried_and_recorded_only_after_the_retries(keyed_endpoint, small_retriever, tmp_path):
+    task = search_task(LocalSearch(small_retriever), top_k=2)
+    rows = _rows(["truncated_json_once", "truncated_json"])
+    run_batch(_policy(keyed_endpoint, retries=3), task, rows, tmp_path / "r", RunConfig(progress=False))
+    recs = {r["id"]: r for r in map(json.loads, (tmp_path / "r" / "trajectories.jsonl").read_text().splitlines())}
+    assert recs["truncated_json_once"]["metrics"]["em"] == 1.0
+    assert "after 4 attempts" in recs["truncated_json"]["error"]
+
+
+def test_resume_after_failed_items_reruns_only_them(keyed_endpoint, small_retriever, tmp_path):
+    task = search_task(LocalSearch(small_retriever), top_k=2)
+    rows = _rows(["status_400", "content_parts", "lone_surrogate"])
+    run_batch(_policy(keyed_endpoint), task, rows, tmp_path / "r", RunConfig(progress=False))
+    again = run_batch(_policy(keyed_endpoint), task, rows, tmp_path / "r", RunConfig(progress=False), resume=True)
+    recs = [json.loads(line) for line in (tmp_path / "r" / "trajectories.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in recs) == sorted(r["id"] for r in rows) and again["errors"] == 1
+
+
+def test_eval_exits_non_zero_when_every_item_failed_and_names_the_error_kinds(keyed_endpoint, small_index, tmp_path,
+                                                                             capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("".join(json.dumps(r) + "\n" for r in _rows(["status_400", "status_422"])))
+    args = ["eval", "--qa", str(qa), "--index", str(small_index), "--policy", "endpoint", "--base-url",
+            keyed_endpoint, "--model", "scripted", "--name", "bad"]
+    assert main(args) == 1
+    assert "2 of 2 items failed: endpoint_rejected 2" in capsys.readouterr().err
+    qa.write_text("".join(json.dumps(r) + "\n" for r in _rows(["status_400", "content_parts"])))
+    assert main([*args, "--overwrite"]) == 0
+
+
+def test_a_second_writer_on_the_same_run_stops_at_once_naming_the_holder(keyed_endpoint, small_retriever, tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom agentrl.runner import RunLock\n"
+                               f"with RunLock({str(out)!r}):\n    print('locked', flush=True)\n    time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        task = search_task(LocalSearch(small_retriever), top_k=2)
+        with pytest.raises(DataError, match=rf"being written by another process \(pid {holder.pid}\)"):
+            run_batch(_policy(keyed_endpoint), task, _rows(["content_parts"]), out, RunConfig(progress=False))
+        assert not (out / "trajectories.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    with RunLock(out):  # released by the kernel when the holder died
+        pass
+
+
+# ----------------------------------------------------------------------------- queries
+
+
+POISON = ["the of and", "?", "é", "!!!", "a an the"]
+
+
+@pytest.mark.parametrize("method", ["bm25", "hybrid"])
+def test_a_query_without_searchable_terms_fails_nothing_else_in_its_batch(small_retriever, method):
+    backend = LocalSearch(small_retriever, method)
+    good = ["Ed Wood film", "Scott Derrickson director", "Doctor Strange", "Tyler Bates composer"] * 3
+
+    async def main_():
+        envs = [SearchEnv(backend, top_k=2) for _ in good + POISON]
+        return await asyncio.gather(*(e.search(q) for e, q in zip(envs, good + POISON, strict=True)),
+                                    return_exceptions=True)
+
+    results = asyncio.run(main_())
+    assert not [r for r in results if isinstance(r, BaseException)]
+    assert all("(Title:" in r for r in results[:len(good)])
+    if method == "bm25":
+        assert all("(Title:" not in r for r in results[len(good):])
+
+
+def test_search_command_prints_one_line_for_a_query_without_terms(small_index, capsys):
+    assert main(["search", "--index", str(small_index), "--method", "bm25", "the of and"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("no passage matches") and "\n" not in out
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+
+
+def test_mcp_server_refuses_long_queries_at_once_with_bounded_memory_and_keeps_serving(small_index):
+    from mcp import Client
+
+    port = free_port()
+    proc = start_process([sys.executable, "-m", "agentrl.cli", "serve", "--index", str(small_index),
+                          "--transport", "http", "--port", str(port)], port)
+    try:
+        async def run():
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                ok = await client.call_tool("search", {"query": "Ed Wood film", "top_k": 2})
+                assert not ok.is_error
+                poisoned = await asyncio.gather(*(client.call_tool("search", {"query": q, "top_k": 2})
+                                                  for q in POISON + ["Ed Wood film"] * 5))
+                assert not any(r.is_error for r in poisoned)
+                before = _rss_kb(proc.pid)
+                started = time.perf_counter()
+                errors = []
+                for i in range(200):  # distinct 1 MB queries: none may be cached or searched
+                    r = await client.call_tool("search", {"query": f"{i} " + "x" * 1_000_000, "top_k": 2})
+                    errors.append(r.is_error and "query too long" in r.content[0].text)
+                per_call = (time.perf_counter() - started) / 200
+                after = _rss_kb(proc.pid)
+                again = await client.call_tool("search", {"query": "Ed Wood film", "top_k": 2})
+                return errors, (after - before) / 1024, per_call, again
+
+        errors, growth_mb, per_call, again = asyncio.run(run())
+        assert all(errors) and not again.is_error
+        assert growth_mb < 150, f"server RSS grew {growth_mb:.0f} MB over 200 distinct 1 MB queries"
+    finally:
+        stop_process(proc)
+
+
+def test_analyze_refuses_a_trajectory_without_messages_naming_file_and_line(tmp_path, capsys):
+    good = {"id": "1", "question": "Q?", "messages": [], "metrics": {"f1": 1.0}}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps({k: v for k, v in good.items() if k != "messages"}) + "\n")
+    assert main(["analyze", str(path), "--out", str(tmp_path / "a")]) == 2
+    assert f"{path}:2: missing field 'messages'" in capsys.readouterr().err
