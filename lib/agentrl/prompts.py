@@ -25,6 +25,12 @@ PROMPTS = {
         "values separated by ', '. For a request to change the data, execute the statement, then reply "
         "<answer>done</answer>."
     ),
+    "textgame": (
+        "You play a text game. Act in the world with the `act` tool, one command per call (for example "
+        "\"open wardrobe\", \"take clean gray blazer\", \"put clean gray blazer in wardrobe\"); each result "
+        "shows what happened, the score and the valid actions. Use at most {max_steps} actions.\n"
+        "When the task is solved (or you give up), reply <answer>done</answer>."
+    ),
 }
 
 

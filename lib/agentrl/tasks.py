@@ -55,3 +55,15 @@ def sql_task(*, prompt: str = "sql", max_calls: int = 8, partial_credit: float =
     return Task(name="sql", make_env=env, system_prompt=system_prompt(prompt, max_calls=max_calls),
                 oracle_plan=oracle_plan, score=sql_score,
                 config={"prompt": prompt, "max_calls": max_calls, "partial_credit": partial_credit, "jaccard": jaccard})
+
+
+def textgame_task(*, prompt: str = "textgame", max_steps: int = 50) -> Task:
+    """Return the text-game task over TextWorldExpress games from a per-process pool (agentrl.envs.textgame)."""
+    import functools
+
+    from agentrl.envs.textgame import TextGameEnv, oracle_plan, textgame_score
+    from agentrl.prompts import system_prompt
+
+    return Task(name="textgame", make_env=functools.partial(TextGameEnv, max_steps=max_steps),
+                system_prompt=system_prompt(prompt, max_steps=max_steps), oracle_plan=oracle_plan,
+                score=textgame_score, config={"prompt": prompt, "max_steps": max_steps})
