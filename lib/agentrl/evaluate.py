@@ -28,6 +28,7 @@ class EvalConfig:
     offset: int = 0
     env: str = "search"  # search | sql (qa: a DB Bench-format file, default the dev sample, or "synthetic")
     # | textgame (qa: a task-row JSONL, or "train"/"dev"/"test": generated seeds of that fold; default dev)
+    # | math (qa: GSM8K-layout JSONL, default the held-out sample data/samples/gsm8k_heldout_200.jsonl)
     index: str | None = None  # default: the preset's phase-00 index
     mcp_url: str | None = None  # search through a remote MCP retrieval server instead
     top_k: int = 5
@@ -114,7 +115,11 @@ def build_task(cfg: EvalConfig, preset: dict | None = None):
         from agentrl.tasks import textgame_task
 
         return textgame_task(prompt=cfg.prompt or "textgame")
-    raise DataError(f"unknown env '{cfg.env}' (search, sql, textgame)")
+    if cfg.env == "math":
+        from agentrl.tasks import math_task
+
+        return math_task(prompt=cfg.prompt or "math")
+    raise DataError(f"unknown env '{cfg.env}' (search, sql, textgame, math)")
 
 
 def build_policy(cfg: EvalConfig, task=None):
@@ -155,6 +160,10 @@ def load_rows(cfg: EvalConfig, preset: dict | None = None) -> list[dict]:
             from agentrl.io import read_jsonl
 
             rows = read_jsonl(cfg.qa, required=("id", "question", "metadata"))
+    elif cfg.env == "math":
+        from agentrl.envs.math import load_gsm8k
+
+        rows = load_gsm8k(cfg.qa or "data/samples/gsm8k_heldout_200.jsonl")
     else:
         from agentrl.corpus import load_qa
         from agentrl.pipeline import eval_qa_path

@@ -31,6 +31,11 @@ PROMPTS = {
         "shows what happened, the score and the valid actions. Use at most {max_steps} actions.\n"
         "When the task is solved (or you give up), reply <answer>done</answer>."
     ),
+    "math": (
+        "You solve math word problems. Reason step by step; use the `calculator` tool for arithmetic (at most "
+        "{max_calls} calls). Reply with the final number only inside <answer></answer> tags, for example "
+        "<answer>72</answer>."
+    ),
 }
 
 

@@ -67,3 +67,15 @@ def textgame_task(*, prompt: str = "textgame", max_steps: int = 50) -> Task:
     return Task(name="textgame", make_env=functools.partial(TextGameEnv, max_steps=max_steps),
                 system_prompt=system_prompt(prompt, max_steps=max_steps), oracle_plan=oracle_plan,
                 score=textgame_score, config={"prompt": prompt, "max_steps": max_steps})
+
+
+def math_task(*, prompt: str = "math", max_calls: int = 20) -> Task:
+    """Return the GSM8K math task with the calculator tool and math-verify scoring (agentrl.envs.math)."""
+    import functools
+
+    from agentrl.envs.math import MathEnv, math_score, oracle_plan
+    from agentrl.prompts import system_prompt
+
+    return Task(name="math", make_env=functools.partial(MathEnv, max_calls=max_calls),
+                system_prompt=system_prompt(prompt, max_calls=max_calls), oracle_plan=oracle_plan,
+                score=math_score, config={"prompt": prompt, "max_calls": max_calls})
