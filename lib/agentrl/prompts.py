@@ -36,6 +36,11 @@ PROMPTS = {
         "{max_calls} calls). Reply with the final number only inside <answer></answer> tags, for example "
         "<answer>72</answer>."
     ),
+    "code": (
+        "You write Python. Test your code with the `run_python` tool (a sandbox: standard library only, no "
+        "network; at most {max_calls} runs). Reply with the complete function, imports included, inside "
+        "<answer></answer> tags."
+    ),
 }
 
 

@@ -79,3 +79,17 @@ def math_task(*, prompt: str = "math", max_calls: int = 20) -> Task:
     return Task(name="math", make_env=functools.partial(MathEnv, max_calls=max_calls),
                 system_prompt=system_prompt(prompt, max_calls=max_calls), oracle_plan=oracle_plan,
                 score=math_score, config={"prompt": prompt, "max_calls": max_calls})
+
+
+def code_task(*, prompt: str = "code", max_calls: int = 10, timeout: float = 10.0) -> Task:
+    """Return the HumanEval code task: sandboxed ``run_python`` and a pass@1 score (agentrl.envs.code)."""
+    import functools
+
+    from agentrl.envs.code import CodeEnv, code_score, oracle_plan
+    from agentrl.prompts import system_prompt
+    from agentrl.sandbox import SandboxLimits
+
+    env = functools.partial(CodeEnv, limits=SandboxLimits(timeout=timeout), max_calls=max_calls)
+    return Task(name="code", make_env=env, system_prompt=system_prompt(prompt, max_calls=max_calls),
+                oracle_plan=oracle_plan, score=code_score,
+                config={"prompt": prompt, "max_calls": max_calls, "timeout": timeout})
