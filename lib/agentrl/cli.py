@@ -429,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("grpo", help="multi-turn GRPO with the tools in the rollouts (TRL environment_factory)")
     c.add_argument("--config", help="preset name or TOML path (its [grpo] table gives defaults)")
     c.add_argument("--name", help="run name (runs/grpo/NAME)")
-    c.add_argument("--env", choices=["search", "sql"])
+    c.add_argument("--env", choices=["search", "sql", "textgame", "math", "code", "mixed"])
     c.add_argument("--model", help="base model (hub id or directory)")
     c.add_argument("--adapter", help="LoRA adapter to continue from (e.g. runs/sft/NAME/adapter)")
     c.add_argument("--no-adapter", action="store_true", help="start a fresh LoRA on the base model")

@@ -41,6 +41,12 @@ PROMPTS = {
         "network; at most {max_calls} runs). Reply with the complete function, imports included, inside "
         "<answer></answer> tags."
     ),
+    "mixed": (
+        "Solve the task with the tools that fit it: `act` for a text game (one command per call), `calculator` "
+        "for arithmetic in a math problem, `run_python` to test code, `execute_sql` for a database question. "
+        "Reply with the final answer inside <answer></answer> tags: the number for math, the complete function "
+        "for code, the values for a database question, done for a game."
+    ),
 }
 
 
