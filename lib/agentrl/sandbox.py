@@ -1,7 +1,7 @@
 """Run untrusted Python in a separate, bounded process: what the code environment's ``run_python`` executes.
 
 Every run gets a fresh process and a fresh temporary directory (removed afterwards), an empty environment
-(no secrets), and resource limits set before the interpreter starts: CPU seconds, address space, file size,
+(no secrets), and resource limits set before the code starts: CPU seconds, address space, file size,
 open files, no core dumps, and a process count. A wall-clock timeout kills the whole process group.
 
 Two isolation levels, picked once per process (``isolation()``):
@@ -25,12 +25,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -95,10 +95,13 @@ for target in ("/root", "/home", "/work", "/srv", "/mnt", "/media", "/opt", "/ol
 os.mkdir("/tmp/work")
 os.chown("/tmp/work", 65534, 65534)
 os.chdir("/tmp/work")
+import resource
+for res, value in zip(("CPU", "AS", "FSIZE", "NOFILE", "NPROC", "CORE"), sys.argv[3:9]):
+    resource.setrlimit(getattr(resource, "RLIMIT_" + res), (int(value), int(value)))
 os.setgroups([])
 os.setgid(65534)
 os.setuid(65534)
-del libc, mount, size, stdlib
+del libc, mount, size, stdlib, res, value
 sys.argv = ["main.py"]
 os.environ.clear()
 os.environ.update({"HOME": "/tmp/work", "TMPDIR": "/tmp", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
@@ -113,6 +116,9 @@ def _blocked(*a, **k):
 socket.socket = socket.create_connection = socket.socketpair = socket.fromfd = _blocked
 socket.getaddrinfo = _blocked
 source = open(sys.argv[1], encoding="utf-8", errors="replace").read()
+import resource
+for res, value in zip(("CPU", "AS", "FSIZE", "NOFILE", "NPROC", "CORE"), sys.argv[3:9]):
+    resource.setrlimit(getattr(resource, "RLIMIT_" + res), (int(value), int(value)))
 sys.argv = ["main.py"]
 exec(compile(source, "main.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
 """
@@ -136,18 +142,12 @@ def _unshare() -> list[str]:
             "--kill-child"]
 
 
-def _limit(limits: SandboxLimits):
-    """Return the preexec function setting the resource limits in the child before exec."""
+def _limit_args(limits: SandboxLimits) -> list[str]:
+    """Return the limits as the bootstrap's arguments (CPU, AS, FSIZE, NOFILE, NPROC, CORE). The bootstrap sets
+    them before the code runs: a ``preexec_fn`` would force a full fork() of this (possibly huge) process."""
     mb = 1024 * 1024
-
-    def preexec():
-        for res, value in ((resource.RLIMIT_CPU, limits.cpu_seconds), (resource.RLIMIT_AS, limits.memory_mb * mb),
-                           (resource.RLIMIT_FSIZE, limits.file_mb * mb), (resource.RLIMIT_CORE, 0),
-                           (resource.RLIMIT_NOFILE, limits.open_files),
-                           (resource.RLIMIT_NPROC, limits.processes)):
-            resource.setrlimit(res, (value, value))
-
-    return preexec
+    return [str(v) for v in (limits.cpu_seconds, limits.memory_mb * mb, limits.file_mb * mb, limits.open_files,
+                             limits.processes, 0)]
 
 
 def _kill_children(pid: int) -> None:
@@ -182,26 +182,38 @@ def run_python(code: str, limits: SandboxLimits | None = None) -> RunResult:
             fh.write(code)
         out_path, err_path = os.path.join(work, "stdout"), os.path.join(work, "stderr")
         if mode == "namespaces":
-            cmd = [*_unshare(), sys.executable, "-I", "-S", "-c", _BOOT, main, str(limits.tmpfs_mb)]
+            cmd = [*_unshare(), sys.executable, "-I", "-S", "-c", _BOOT, main, str(limits.tmpfs_mb),
+                   *_limit_args(limits)]
         else:
-            cmd = [sys.executable, "-I", "-S", "-c", _BOOT_PLAIN, main]
+            cmd = [sys.executable, "-I", "-S", "-c", _BOOT_PLAIN, main, "", *_limit_args(limits)]
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": work, "TMPDIR": work}
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=work, env=env,
-                                    start_new_session=True, preexec_fn=_limit(limits), close_fds=True)
-            timed_out = False
+                                    start_new_session=True, close_fds=True)
+            expired = threading.Event()
+
+            def on_timeout():
+                expired.set()
+                if mode == "namespaces":  # unshare then returns once the whole namespace is gone
+                    _kill_children(proc.pid)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=5)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+            # a timer instead of wait(timeout=...): that one polls with sleeps of up to 50 ms
+            timer = threading.Timer(limits.timeout, on_timeout)
+            timer.daemon = True
+            timer.start()
             try:
-                proc.wait(timeout=limits.timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_children(proc.pid)  # namespaces: unshare then returns once the whole namespace is gone
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=5)
+                proc.wait()
             finally:
+                timer.cancel()
                 # the whole group, also after a normal exit: children left running in the background
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        timed_out = expired.is_set()
         return RunResult(stdout=_read(out_path, limits.max_output), stderr=_read(err_path, limits.max_output),
                          returncode=None if timed_out else proc.returncode, timed_out=timed_out,
                          seconds=round(time.perf_counter() - start, 4), isolation=mode)
