@@ -42,6 +42,8 @@ def _():
     defaults = preset.get("eval", {})
     # the demo keeps its last questions out of the oracle run: they are the SFT check's held-out set
     default_limit = defaults.get("limit") or (preset.get("demo") or {}).get("train_questions") or 200
+    env = mo.ui.dropdown(["search", "sql", "textgame", "math", "code"],
+                         value=nb.arg(args, "env", defaults.get("env", "search")), label="environment")
     policy = mo.ui.dropdown(["oracle", "endpoint", "local"],
                             value=nb.arg(args, "policy", defaults.get("policy", "oracle")), label="policy")
     base_url = mo.ui.text(value=nb.arg(args, "base_url", ""), label="base URL", placeholder="http://localhost:8000/v1")
@@ -54,15 +56,15 @@ def _():
     limit = mo.ui.number(start=1, stop=100_000, value=nb.arg(args, "limit", default_limit), label="questions")
     name = mo.ui.text(value=nb.arg(args, "name", defaults.get("name", "eval")), label="run name")
     run_button = mo.ui.run_button(label="Run evaluation")
-    mo.vstack([mo.hstack([policy, name, limit]), mo.hstack([base_url, model]),
+    mo.vstack([mo.hstack([env, policy, name, limit]), mo.hstack([base_url, model]),
                mo.hstack([temperature, max_tokens, extra_body]), run_button,
                mo.md("The API key is read from `OPENAI_API_KEY` or `.env`, never from this form.")])
-    return base_url, extra_body, limit, max_tokens, model, name, policy, preset, run_button, temperature
+    return base_url, env, extra_body, limit, max_tokens, model, name, policy, preset, run_button, temperature
 
 
 @app.cell
-def _(base_url, extra_body, limit, max_tokens, model, name, policy, preset, run_button, temperature):
-    cfg = eval_config(preset, policy=policy.value, name=name.value, limit=int(limit.value),
+def _(base_url, env, extra_body, limit, max_tokens, model, name, policy, preset, run_button, temperature):
+    cfg = eval_config(preset, env=env.value, policy=policy.value, name=name.value, limit=int(limit.value),
                       base_url=base_url.value or None, model=model.value or None,
                       temperature=float(temperature.value), max_tokens=int(max_tokens.value),
                       extra_body=extra_body.value or None)

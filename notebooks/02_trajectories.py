@@ -39,7 +39,10 @@ def _():
 def _():
     args = nb.cli_args()
     preset = load_preset(nb.arg(args, "config", "demo"))
-    runs = [r for r in str(nb.arg(args, "runs", "runs/eval/oracle,runs/eval/tiny_base")).split(",") if Path(r).exists()]
+    # --env textgame|math|code|sql: that environment's oracle run (notebook 01 / agentrl demo) instead
+    _env = nb.arg(args, "env", "search")
+    _default = "runs/eval/oracle,runs/eval/tiny_base" if _env == "search" else f"runs/eval/{_env}_oracle"
+    runs = [r for r in str(nb.arg(args, "runs", _default)).split(",") if Path(r).exists()]
     mo.stop(not runs, mo.md("No trajectories yet: run notebook 01 (or `agentrl eval`) first."))
     df = trajectory_frame(runs)
     stats = compute_stats(df)

@@ -37,15 +37,17 @@ def _():
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
     built = nb.ensure_demo_inputs(preset, "grpo")  # a fresh runtime: the demo's earlier phases, quickly
-    settings = grpo.grpo_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None))
+    # --env textgame|math|code|sql|mixed (mixed: the preset's [grpo] mixture) picks the task family
+    settings = grpo.grpo_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None),
+                                env=nb.arg(args, "env", None))
     task = grpo.build_task(settings, preset)
     env = task.make_env()
     mo.md(f"""
     ## 1 · Environment
     {which}{" · built first: " + ", ".join(built) if built else ""}
 
-    `{type(env).__name__}` · tools: {", ".join(f"`{t}`" for t in tool_methods(env))} · training questions from
-    {settings.train_offset} ({settings.train_questions or "all"}) ·
+    `{settings.env}`: `{type(env).__name__}` · tools: {", ".join(f"`{t}`" for t in tool_methods(env))} ·
+    training questions from {settings.train_offset} ({settings.train_questions or "all"}) ·
     start from `{settings.adapter or settings.model.name}`
     """)
     return args, preset, settings, task

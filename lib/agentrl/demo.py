@@ -51,6 +51,11 @@ def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool
     results.append(demo_sql(preset, rebuild))
     results[-1].seconds = time.perf_counter() - t
 
+    for env in ("textgame", "math", "code"):
+        t = time.perf_counter()
+        results.append(demo_env(preset, env, rebuild))
+        results[-1].seconds = time.perf_counter() - t
+
     t = time.perf_counter()
     results.append(demo_data(preset))
     results[-1].seconds = time.perf_counter() - t
@@ -120,6 +125,25 @@ def demo_sql(preset: dict, rebuild: bool) -> StepResult:
         # em = AgentBench's score (answer for SELECT, final table for INSERT/UPDATE); exec = result set / table
         "oracle tasks": metrics["n"], "oracle em": metrics["overall"]["em"], "exec": metrics["overall"]["exec"],
         "task types": len(metrics.get("by_type", {}))})
+
+
+# per environment: how many items, and the metrics the summary row shows (besides em = success)
+_ENV_DEMO = {"textgame": (4, ("score", "steps", "invalid_actions")), "math": (8, ("calculator_calls",)),
+             "code": (6, ("run_python_calls", "timed_out"))}
+
+
+def demo_env(preset: dict, env: str, rebuild: bool) -> StepResult:
+    """Phase 01 on a further environment (text game, GSM8K math, HumanEval code): the oracle on a few
+    evaluation items (twc dev seeds, the GSM8K held-out slice, the first HumanEval problems)."""
+    from agentrl.evaluate import eval_config, run_eval
+
+    n, keys = _ENV_DEMO[env]
+    n = (preset.get("demo") or {}).get(f"{env}_tasks", n)
+    cfg = eval_config(preset, name=f"{env}_oracle", env=env, policy="oracle", limit=n)
+    metrics = run_eval(cfg, preset, resume=not rebuild, overwrite=rebuild)
+    overall = metrics["overall"]
+    return StepResult(f"01 eval {env}", f"runs/eval/{cfg.name}", {
+        "oracle items": metrics["n"], "oracle success": overall["em"], **{k: overall.get(k) for k in keys}})
 
 
 def demo_data(preset: dict) -> StepResult:

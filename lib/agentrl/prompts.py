@@ -25,6 +25,28 @@ PROMPTS = {
         "values separated by ', '. For a request to change the data, execute the statement, then reply "
         "<answer>done</answer>."
     ),
+    "textgame": (
+        "You play a text game. Act in the world with the `act` tool, one command per call (for example "
+        "\"open wardrobe\", \"take clean gray blazer\", \"put clean gray blazer in wardrobe\"); each result "
+        "shows what happened, the score and the valid actions. Use at most {max_steps} actions.\n"
+        "When the task is solved (or you give up), reply <answer>done</answer>."
+    ),
+    "math": (
+        "You solve math word problems. Reason step by step; use the `calculator` tool for arithmetic (at most "
+        "{max_calls} calls). Reply with the final number only inside <answer></answer> tags, for example "
+        "<answer>72</answer>."
+    ),
+    "code": (
+        "You write Python. Test your code with the `run_python` tool (a sandbox: standard library only, no "
+        "network; at most {max_calls} runs). Reply with the complete function, imports included, inside "
+        "<answer></answer> tags."
+    ),
+    "mixed": (
+        "Solve the task with the tools that fit it: `act` for a text game (one command per call), `calculator` "
+        "for arithmetic in a math problem, `run_python` to test code, `execute_sql` for a database question. "
+        "Reply with the final answer inside <answer></answer> tags: the number for math, the complete function "
+        "for code, the values for a database question, done for a game."
+    ),
 }
 
 

@@ -129,5 +129,13 @@ def _question(prompt) -> str:
     return str(prompt)
 
 
+def task_success(prompts, completions, completion_ids=None, environments=None, **kwargs) -> list[float | None]:
+    """Mixed-task GRPO: the row family's headline success (game solved, math-verify match, tests passed, SQL
+    match), with each family's mean reward and success logged separately (agentrl.envs.mixed)."""
+    from agentrl.envs.mixed import task_success as mixed_success
+
+    return mixed_success(prompts, completions, completion_ids, environments=environments, **kwargs)
+
+
 REWARDS = {"answer_f1": answer_f1, "answer_em": answer_em, "format": format_reward, "tool_use": tool_use,
-           "sql_execution": sql_execution, "sql_answer": sql_answer}
+           "sql_execution": sql_execution, "sql_answer": sql_answer, "task_success": task_success}

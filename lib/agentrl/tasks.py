@@ -55,3 +55,41 @@ def sql_task(*, prompt: str = "sql", max_calls: int = 8, partial_credit: float =
     return Task(name="sql", make_env=env, system_prompt=system_prompt(prompt, max_calls=max_calls),
                 oracle_plan=oracle_plan, score=sql_score,
                 config={"prompt": prompt, "max_calls": max_calls, "partial_credit": partial_credit, "jaccard": jaccard})
+
+
+def textgame_task(*, prompt: str = "textgame", max_steps: int = 50) -> Task:
+    """Return the text-game task over TextWorldExpress games from a per-process pool (agentrl.envs.textgame)."""
+    import functools
+
+    from agentrl.envs.textgame import TextGameEnv, oracle_plan, textgame_score
+    from agentrl.prompts import system_prompt
+
+    return Task(name="textgame", make_env=functools.partial(TextGameEnv, max_steps=max_steps),
+                system_prompt=system_prompt(prompt, max_steps=max_steps), oracle_plan=oracle_plan,
+                score=textgame_score, config={"prompt": prompt, "max_steps": max_steps})
+
+
+def math_task(*, prompt: str = "math", max_calls: int = 20) -> Task:
+    """Return the GSM8K math task with the calculator tool and math-verify scoring (agentrl.envs.math)."""
+    import functools
+
+    from agentrl.envs.math import MathEnv, math_score, oracle_plan
+    from agentrl.prompts import system_prompt
+
+    return Task(name="math", make_env=functools.partial(MathEnv, max_calls=max_calls),
+                system_prompt=system_prompt(prompt, max_calls=max_calls), oracle_plan=oracle_plan,
+                score=math_score, config={"prompt": prompt, "max_calls": max_calls})
+
+
+def code_task(*, prompt: str = "code", max_calls: int = 10, timeout: float = 10.0) -> Task:
+    """Return the HumanEval code task: sandboxed ``run_python`` and a pass@1 score (agentrl.envs.code)."""
+    import functools
+
+    from agentrl.envs.code import CodeEnv, code_score, oracle_plan
+    from agentrl.prompts import system_prompt
+    from agentrl.sandbox import SandboxLimits
+
+    env = functools.partial(CodeEnv, limits=SandboxLimits(timeout=timeout), max_calls=max_calls)
+    return Task(name="code", make_env=env, system_prompt=system_prompt(prompt, max_calls=max_calls),
+                oracle_plan=oracle_plan, score=code_score,
+                config={"prompt": prompt, "max_calls": max_calls, "timeout": timeout})

@@ -30,7 +30,9 @@ class GRPOSettings:
     """The ``[grpo]`` table of a preset."""
 
     name: str = "grpo"
-    env: str = "search"  # search | sql
+    env: str = "search"  # search | sql | textgame | math | code | mixed (rows drawn by ``mixture``)
+    mixture: dict[str, float] = field(default_factory=dict)  # mixed: family -> proportion, e.g. {math = 0.5, ...}
+    mixture_rows: int = 32  # mixed: training rows drawn in those proportions (plus eval_questions held out)
     qa: str | None = None  # default: the eval QA set (search); for sql use "synthetic" (DB Bench is eval-only)
     train_offset: int = 0
     train_questions: int | None = None
@@ -107,6 +109,11 @@ def build_task(settings: GRPOSettings, preset: dict):
     from agentrl.evaluate import build_task as eval_task
     from agentrl.evaluate import eval_config
 
+    if settings.env == "mixed":
+        from agentrl.envs.mixed import mixed_task
+
+        return mixed_task()
+
     cfg = eval_config(preset, env=settings.env, top_k=settings.top_k, max_searches=settings.max_searches,
                       passage_chars=settings.passage_chars, search_method=settings.search_method,
                       sql_partial_credit=settings.sql_partial_credit, sql_jaccard=settings.sql_jaccard)
@@ -154,8 +161,19 @@ def split_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[d
     """
     from agentrl.evaluate import eval_config, load_rows
 
-    cfg = eval_config(preset, env=settings.env, qa=training_source(settings), offset=0, limit=None)
-    rows = load_rows(cfg, preset)
+    if settings.env == "mixed":
+        from agentrl.envs.mixed import mixture_rows, training_sources
+
+        if not settings.mixture:
+            raise DataError("grpo.env = 'mixed' needs grpo.mixture, e.g. {math = 0.5, code = 0.25, textgame = 0.25}")
+        n = settings.mixture_rows + max(0, settings.eval_questions)
+        try:
+            rows = mixture_rows(settings.mixture, training_sources(settings.mixture, n), n, settings.seed)
+        except ValueError as exc:
+            raise DataError(f"grpo.mixture: {exc}") from None
+    else:
+        cfg = eval_config(preset, env=settings.env, qa=training_source(settings), offset=0, limit=None)
+        rows = load_rows(cfg, preset)
     end = len(rows) if settings.train_questions is None else settings.train_offset + settings.train_questions
     n_eval = max(0, settings.eval_questions)
     start = settings.eval_offset
@@ -183,10 +201,12 @@ def training_rows(settings: GRPOSettings, task, preset: dict, rows: list[dict] |
         prompt = [{"role": "system", "content": task.system_prompt}, {"role": "user", "content": r["question"]}]
         row = {"prompt": prompt, "id": r["id"], "question": r["question"],
                "golden_answers": r.get("golden_answers") or []}
-        if settings.env == "sql":  # the SQL env rebuilds its database from the row
+        if settings.env != "search":  # the env rebuilds its database / game / problem from the row
             import json
 
-            row["task"] = json.dumps(r["metadata"])
+            row["task"] = r.get("task") or json.dumps(r["metadata"])
+        if settings.env == "mixed":
+            row["env"] = r["env"]
         out.append(row)
     return out
 
@@ -332,6 +352,8 @@ def summarize(history: list[dict], reward_names: list[str]) -> dict:
         if "reward" not in h:
             continue
         row = {"step": h["step"], **{k: h[k] for k in keep if k in h}}
+        # mixed-task runs: each family's reward and success (agentrl.envs.mixed logs them)
+        row.update({k: v for k, v in h.items() if k.count("/") == 1 and k.split("/")[1] in ("reward", "success")})
         for name in reward_names:
             if f"rewards/{name}/mean" in h:
                 row[f"rewards/{name}"] = h[f"rewards/{name}/mean"]

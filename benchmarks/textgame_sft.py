@@ -1,0 +1,59 @@
+"""Learning signal on the text game: the tiny model before and after LoRA SFT on oracle demonstrations.
+
+    uv run python benchmarks/textgame_sft.py            # 40 train-fold games, 150 SFT steps, 4 dev games (~5 min CPU)
+    uv run python benchmarks/textgame_sft.py --steps 60 --games 20
+
+Phases 01-03 for real: the oracle plays train-fold twc games (gold paths), the trajectories are curated and
+exported, the tiny offline model gets LoRA SFT, and the inference check runs base and SFT on dev-fold games.
+Prints the check's well-formed action rate (episodes with a well-formed ``act`` call, share of calls
+well-formed) base → SFT. Measured 2026-11-23: episodes with a well-formed call 0.00 → 1.00, well-formed call
+share 0.00 → 0.94, 0 → 4 calls per episode, loss 32.4 → 0.80 (success on dev games stays 0 at this size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the pipeline and print base → SFT figures."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--games", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--check", type=int, default=4, help="dev games in the before/after check")
+    args = ap.parse_args(argv)
+
+    from agentrl.curate import CurateConfig, curate
+    from agentrl.evaluate import EvalConfig, run_eval
+    from agentrl.export import export
+    from agentrl.runner import RunConfig
+    from agentrl.tiny import build_tiny_model
+    from agentrl.train.models import LoraSettings, ModelConfig
+    from agentrl.train.sft import SFTSettings, run_sft
+
+    start = time.perf_counter()
+    root = Path(tempfile.mkdtemp(prefix="textgame_sft_"))
+    tiny = build_tiny_model(root / "tiny", data_dir=Path("data/samples"))
+    cfg = EvalConfig(name="tg_oracle", env="textgame", qa="train", limit=args.games, policy="oracle",
+                     run=RunConfig(progress=False, max_turns=20))
+    run_eval(cfg, runs=root, overwrite=True)
+    curate([root / "eval" / "tg_oracle"], CurateConfig(val_fraction=0.1), root / "data")
+    export(root / "data", ["trl"])
+    settings = SFTSettings(name="tg", data=str(root / "data"), max_steps=args.steps, learning_rate=2e-3,
+                           lr_scheduler="constant", warmup=0.0, batch_size=4, grad_accum=1, max_length=3072,
+                           logging_steps=20, report_to=[], check_questions=args.check, check_offset=0,
+                           check_max_new_tokens=64,
+                           model=ModelConfig(name=str(tiny), lora=LoraSettings(r=32, alpha=64, dropout=0.0)))
+    result = run_sft(settings, {"eval": {"env": "textgame", "qa": "dev", "run": {"max_turns": 6}}}, runs=root)
+    check, loss = result.metrics.get("check") or {}, result.metrics["loss"]
+    print(f"\ntext game, tiny model, {args.games} oracle games, {args.steps} SFT steps, {args.check} dev games")
+    for key in ("episodes_with_wellformed_call", "wellformed_call_share", "mean_calls", "em"):
+        print(f"{key:<32} {check['base'][key]:.2f} -> {check['sft'][key]:.2f}")
+    print(f"loss {loss[0]['loss']:.2f} -> {loss[-1]['loss']:.2f}; {time.perf_counter() - start:.0f} s; runs in {root}")
+
+
+if __name__ == "__main__":
+    main()

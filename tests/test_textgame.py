@@ -1,0 +1,99 @@
+"""Text-game environment on real TextWorldExpress games (a JVM per pooled instance; Java is installed here)."""
+
+import asyncio
+import gc
+import json
+import threading
+
+import pytest
+
+from agentrl.envs.base import call_tool
+from agentrl.envs.textgame import POOL, JavaMissingError, TextGameEnv, _Pool, textgame_score, textgame_tasks
+from agentrl.io import DataError
+
+
+@pytest.fixture(scope="module")
+def dev_rows():
+    return textgame_tasks("dev", 4)
+
+
+def test_the_oracle_solves_every_dev_game_with_valid_actions_only(dev_rows, tmp_path):
+    from agentrl.policies.oracle import OraclePolicy
+    from agentrl.runner import RunConfig, run_batch
+    from agentrl.tasks import textgame_task
+
+    task = textgame_task()
+    metrics = run_batch(OraclePolicy(task.oracle_plan), task, dev_rows, tmp_path,
+                        RunConfig(progress=False, max_turns=20, concurrency=2))
+    assert metrics["n"] == 4 and metrics["errors"] == 0
+    recs = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").open()]
+    for r in recs:
+        assert r["metrics"]["success"] == 1.0 and r["metrics"]["score"] == 1.0, r["id"]
+        assert r["metrics"]["invalid_actions"] == 0.0
+        assert r["metrics"]["steps"] == len(next(t for t in dev_rows if t["id"] == r["id"])["metadata"]["gold"])
+        assert r["prediction"] == "done"
+
+
+def test_invalid_and_partial_play_is_scored_not_raised(dev_rows):
+    row = dev_rows[0]
+    env = TextGameEnv()
+    env.reset(**row)
+    out = env.act("fly to the moon")
+    assert "Unknown action" in out and "Valid actions include" in out
+    gold = row["metadata"]["gold"]
+    # play the gold path up to the first put: some progress, not solved
+    first_put = next(i for i, a in enumerate(gold) if a.startswith("put "))
+    for a in gold[:first_put + 1]:
+        env.act(a)
+    m = textgame_score(None, row, env)
+    assert 0 < m["score"] < 1 and m["success"] == 0.0
+    assert m["invalid_actions"] == 1.0 and m["steps"] == first_put + 2
+    content, err = asyncio.run(call_tool(env, "act", '{"cmd": "look around"}'))
+    assert err == "invalid_arguments" and content.startswith("Error")
+
+
+def test_reset_starts_a_fresh_game_and_the_game_over_message_follows_success(dev_rows):
+    row = dev_rows[1]
+    env = TextGameEnv()
+    for _ in range(2):
+        env.reset(**row)
+        assert textgame_score(None, row, env)["score"] == 0.0
+        for a in row["metadata"]["gold"]:
+            env.act(a)
+        assert textgame_score(None, row, env)["success"] == 1.0
+    assert "game is over" in env.act("look around")
+
+
+def test_train_and_dev_folds_generate_different_games_and_a_bad_fold_is_refused():
+    train = textgame_tasks("train", 2)
+    dev = textgame_tasks("dev", 2)
+    assert [r["metadata"]["fold"] for r in train] == ["train", "train"]
+    assert {r["question"] for r in train}.isdisjoint({r["question"] for r in dev})
+    with pytest.raises(DataError, match="fold"):
+        textgame_tasks("holdout", 1)
+
+
+def test_concurrent_episodes_each_get_their_own_game_and_games_return_to_the_pool(dev_rows):
+    results = {}
+
+    def play(row):
+        env = TextGameEnv()
+        env.reset(**row)
+        for a in row["metadata"]["gold"]:
+            env.act(a)
+        results[row["id"]] = textgame_score(None, row, env)["success"]
+
+    threads = [threading.Thread(target=play, args=(r,)) for r in dev_rows[:3]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gc.collect()
+    assert results == {r["id"]: 1.0 for r in dev_rows[:3]}
+    assert POOL.size() >= 3  # the three games came back and are reused by the next episodes
+
+
+def test_a_missing_java_is_a_clear_error_saying_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(JavaMissingError, match="apt-get install openjdk-17-jre-headless"):
+        _Pool().take()
