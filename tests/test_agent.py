@@ -393,3 +393,21 @@ def test_a_judge_with_a_wrong_model_stops_the_eval(endpoint_url, small_index, tm
         run_eval(cfg, runs=tmp_path / "runs")
     # nothing was recorded as judged: a rerun with the right model can --resume
     assert read_jsonl(tmp_path / "runs" / "eval" / "j" / "trajectories.jsonl") == []
+
+
+def test_concurrent_local_episodes_share_generate_calls_and_match_one_at_a_time(tiny_model, task, hotpot_rows):
+    from agentrl.models import load_inference_model
+    from agentrl.policies.local import LocalConfig, LocalPolicy
+
+    model, tok = load_inference_model(tiny_model)
+
+    async def episodes(max_batch):
+        pol = LocalPolicy(LocalConfig(model=str(tiny_model), max_new_tokens=24, max_batch=max_batch, batch_wait_s=0.5),
+                          model=model, tokenizer=tok)
+        trajs = await asyncio.gather(*(run_episode(pol, task, row, max_turns=2) for row in hotpot_rows[:4]))
+        return pol.batch_sizes, [[m.get("content") for m in t["messages"]] for t in trajs]
+
+    batched_sizes, batched = asyncio.run(episodes(4))
+    single_sizes, single = asyncio.run(episodes(1))
+    assert max(batched_sizes) > 1 and set(single_sizes) == {1}
+    assert batched == single  # left padding changes nothing under greedy decoding
