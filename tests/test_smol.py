@@ -142,3 +142,16 @@ def test_unsloth_cpu_backend_loads_smollm2_and_trains_a_step(tmp_path, sft_data,
     run_cli_on_unsloth_cpu(["sft", "--config", str(preset)], tmp_path)
     metrics = json.loads((tmp_path / "runs" / "sft" / "u" / "metrics.json").read_text())
     assert metrics["backend"] == "unsloth" and metrics["steps"] == 1
+
+
+def test_notebooks_offer_smollm2_and_keep_an_adapter_only_for_its_own_base_model(tmp_path):
+    from agentrl import notebook as nb
+
+    assert nb.model_dropdown({"model": "smollm2"}).value == "runs/models/smollm2-135m-instruct"
+    assert nb.model_dropdown({}).value == "" and nb.prepared_model("") is None
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "base_model.txt").write_text("runs/models/tiny\n")
+    assert nb.adapter_for(str(adapter), "runs/models/tiny") == str(adapter)
+    assert nb.adapter_for(str(adapter), "runs/models/smollm2-135m-instruct") is None
+    assert nb.adapter_for(str(adapter), None) == str(adapter)
