@@ -178,7 +178,8 @@ def markdown(result: dict) -> str:
             lines.append(f"| {env} | {name} | {r['n']} | {r['f1']:.3f} | {r['em']:.3f} | {ex} | "
                          f"{r['wellformed_call_share']:.2f} | {r['mean_calls']:.2f} | {r['answered_share']:.2f} | "
                          f"{r['seconds']} |")
-    lines += ["", "| phase | wall s | steps | trained tokens | trained tokens/s |", "|---|---|---|---|---|"]
+    lines += ["", "| phase | wall s | steps | trained tokens | trained tokens/s (GRPO: rollouts included) |",
+              "|---|---|---|---|---|"]
     for name, p in result["phases"].items():
         lines.append(f"| {name} | {p['seconds']} | {p.get('steps', '-')} | {int(p.get('trained_tokens', 0)) or '-'} "
                      f"| {p.get('tokens_per_s', '-')} |")
