@@ -29,6 +29,7 @@ def run(preset: dict, model, tok, rows: list[dict], max_batch: int, max_new_toke
 
     cfg = eval_config(preset, name=f"batch{max_batch}", policy="local", concurrency=len(rows))
     cfg.run.progress = False
+    cfg.run.item_timeout = 7200.0  # one at a time, the last episode waits for all others: no timeout for that
     policy = LocalPolicy(LocalConfig(model=str(model), max_new_tokens=max_new_tokens, max_batch=max_batch),
                          model=model, tokenizer=tok)
     t = time.perf_counter()

@@ -411,3 +411,26 @@ def test_concurrent_local_episodes_share_generate_calls_and_match_one_at_a_time(
     single_sizes, single = asyncio.run(episodes(1))
     assert max(batched_sizes) > 1 and set(single_sizes) == {1}
     assert batched == single  # left padding changes nothing under greedy decoding
+
+
+def test_local_batcher_skips_a_cancelled_request_and_keeps_serving():
+    import threading
+    import time
+
+    from agentrl.policies.local import _Batcher
+
+    gate = threading.Event()
+
+    def double(requests):
+        gate.wait(5)
+        return [r * 2 for r in requests]
+
+    batcher = _Batcher(double, max_batch=4, wait_s=0.0)
+    first = batcher.submit(1)
+    time.sleep(0.2)  # the worker is now blocked inside the first batch
+    timed_out, waiting = batcher.submit(2), batcher.submit(4)  # both go into the next batch
+    assert timed_out.cancel()  # what asyncio does to the future of an episode that hit its timeout
+    gate.set()
+    assert first.result(5) == 2
+    assert waiting.result(5) == 8  # its batch-mate's cancellation did not lose its result
+    assert batcher.submit(3).result(5) == 6

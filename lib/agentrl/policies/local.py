@@ -139,7 +139,10 @@ class _Batcher:
 
     def _run(self) -> None:
         while True:
-            items = self._take()
+            # an episode that timed out cancelled its future: drop it (a cancelled future cannot take a result)
+            items = [(req, fut) for req, fut in self._take() if fut.set_running_or_notify_cancel()]
+            if not items:
+                continue
             try:
                 results = self.fn([req for req, _ in items])
             except BaseException as exc:  # every waiting episode gets the error, the worker lives on
