@@ -48,6 +48,7 @@ def _():
                             value=nb.arg(args, "policy", defaults.get("policy", "oracle")), label="policy")
     base_url = mo.ui.text(value=nb.arg(args, "base_url", ""), label="base URL", placeholder="http://localhost:8000/v1")
     model = mo.ui.text(value=nb.arg(args, "model", ""), label="model", placeholder="Qwen/Qwen3-4B-Instruct-2507")
+    local_model = mo.ui.dropdown(nb.MODEL_CHOICES, value="preset's model", label="local model")
     temperature = mo.ui.number(start=0.0, stop=2.0, step=0.1, value=nb.arg(args, "temperature", 0.0),
                                label="temperature")
     max_tokens = mo.ui.number(start=16, stop=32_768, value=nb.arg(args, "max_tokens", 1024), label="max tokens")
@@ -56,15 +57,18 @@ def _():
     limit = mo.ui.number(start=1, stop=100_000, value=nb.arg(args, "limit", default_limit), label="questions")
     name = mo.ui.text(value=nb.arg(args, "name", defaults.get("name", "eval")), label="run name")
     run_button = mo.ui.run_button(label="Run evaluation")
-    mo.vstack([mo.hstack([env, policy, name, limit]), mo.hstack([base_url, model]),
+    mo.vstack([mo.hstack([env, policy, name, limit]), mo.hstack([base_url, model, local_model]),
                mo.hstack([temperature, max_tokens, extra_body]), run_button,
                mo.md("The API key is read from `OPENAI_API_KEY` or `.env`, never from this form.")])
-    return base_url, env, extra_body, limit, max_tokens, model, name, policy, preset, run_button, temperature
+    return (base_url, env, extra_body, limit, local_model, max_tokens, model, name, policy, preset, run_button,
+            temperature)
 
 
 @app.cell
-def _(base_url, env, extra_body, limit, max_tokens, model, name, policy, preset, run_button, temperature):
+def _(base_url, env, extra_body, limit, local_model, max_tokens, model, name, policy, preset, run_button,
+      temperature):
     cfg = eval_config(preset, env=env.value, policy=policy.value, name=name.value, limit=int(limit.value),
+                      model_path=nb.prepared_model(local_model.value) if policy.value == "local" else None,
                       base_url=base_url.value or None, model=model.value or None,
                       temperature=float(temperature.value), max_tokens=int(max_tokens.value),
                       extra_body=extra_body.value or None)

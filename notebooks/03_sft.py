@@ -33,8 +33,15 @@ def _():
     return
 
 
-@app.cell(hide_code=True)
+@app.cell
 def _():
+    model_pick = nb.model_dropdown(nb.cli_args())
+    model_pick
+    return (model_pick,)
+
+
+@app.cell(hide_code=True)
+def _(model_pick):
     import importlib.util
 
     import torch
@@ -44,7 +51,8 @@ def _():
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
     built = nb.ensure_demo_inputs(preset, "sft")  # a fresh runtime: the demo's earlier phases, quickly
-    settings = sft.sft_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None))
+    settings = sft.sft_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None),
+                              model_name=nb.prepared_model(model_pick.value))
     backend, reason = choose_backend(settings.model.backend)
     mo.md(f"""
     ## 1 · Install

@@ -34,12 +34,20 @@ def _():
 
 @app.cell
 def _():
+    model_pick = nb.model_dropdown(nb.cli_args())
+    model_pick
+    return (model_pick,)
+
+
+@app.cell
+def _(model_pick):
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
     built = nb.ensure_demo_inputs(preset, "grpo")  # a fresh runtime: the demo's earlier phases, quickly
     # --env textgame|math|code|sql|mixed (mixed: the preset's [grpo] mixture) picks the task family
     settings = grpo.grpo_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None),
-                                env=nb.arg(args, "env", None))
+                                env=nb.arg(args, "env", None), model_name=nb.prepared_model(model_pick.value))
+    settings.adapter = nb.adapter_for(settings.adapter, nb.prepared_model(model_pick.value))
     task = grpo.build_task(settings, preset)
     env = task.make_env()
     mo.md(f"""

@@ -158,3 +158,44 @@ def small_preset(text: str) -> str:
         text, n = re.subn(pattern, new, text, count=1)
         assert n == 1, pattern
     return text
+
+
+
+def train_grpo_capturing(cfg, preset: dict, out) -> tuple[object, list[str], list[str]]:
+    """Build GRPOTrainer for ``cfg`` (from its adapter), train, and return ``(trainer, trained, masked)``: per
+    completion, the text of the tokens that carried loss and of the tool-result tokens masked out of it."""
+    from agentrl.train.grpo import build_task, make_trainer, training_rows
+    from agentrl.train.models import load_for_training
+
+    loaded = load_for_training(cfg.model, adapter=cfg.adapter)
+    loaded.tokenizer.padding_side = "left"
+    task = build_task(cfg, preset)
+    trainer = make_trainer(cfg, loaded, task, training_rows(cfg, task, preset), out)
+    batches: list[dict] = []
+    original = trainer._generate_and_score_completions
+
+    def capture(inputs):
+        result = original(inputs)
+        batches.append({k: result[k].detach().clone() for k in ("completion_ids", "completion_mask", "tool_mask")
+                        if k in result})
+        return result
+
+    trainer._generate_and_score_completions = capture
+    trainer.train()
+    trained, masked = [], []
+    tok = loaded.tokenizer
+    for b in batches:
+        assert "tool_mask" in b
+        for ids, cmask, tmask in zip(b["completion_ids"], b["completion_mask"], b["tool_mask"], strict=True):
+            trained.append(tok.decode([i for i, c, t in zip(ids, cmask, tmask, strict=True) if c and t]))
+            masked.append(tok.decode([i for i, c, t in zip(ids, cmask, tmask, strict=True) if c and not t]))
+    return trainer, trained, masked
+
+
+def run_cli_on_unsloth_cpu(args: list[str], cwd) -> None:
+    """Run ``agentrl ARGS`` in a subprocess on Unsloth's CPU backend (importing unsloth patches trl and
+    transformers for the whole process) and fail with its stderr unless it succeeds."""
+    env = {**os.environ, "UNSLOTH_FORCE_CPU": "1", "UNSLOTH_AUTO_INSTALL": "0"}
+    proc = subprocess.run([sys.executable, "-m", "agentrl.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]

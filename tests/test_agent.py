@@ -393,3 +393,44 @@ def test_a_judge_with_a_wrong_model_stops_the_eval(endpoint_url, small_index, tm
         run_eval(cfg, runs=tmp_path / "runs")
     # nothing was recorded as judged: a rerun with the right model can --resume
     assert read_jsonl(tmp_path / "runs" / "eval" / "j" / "trajectories.jsonl") == []
+
+
+def test_concurrent_local_episodes_share_generate_calls_and_match_one_at_a_time(tiny_model, task, hotpot_rows):
+    from agentrl.models import load_inference_model
+    from agentrl.policies.local import LocalConfig, LocalPolicy
+
+    model, tok = load_inference_model(tiny_model)
+
+    async def episodes(max_batch):
+        pol = LocalPolicy(LocalConfig(model=str(tiny_model), max_new_tokens=24, max_batch=max_batch, batch_wait_s=0.5),
+                          model=model, tokenizer=tok)
+        trajs = await asyncio.gather(*(run_episode(pol, task, row, max_turns=2) for row in hotpot_rows[:4]))
+        return pol.batch_sizes, [[m.get("content") for m in t["messages"]] for t in trajs]
+
+    batched_sizes, batched = asyncio.run(episodes(4))
+    single_sizes, single = asyncio.run(episodes(1))
+    assert max(batched_sizes) > 1 and set(single_sizes) == {1}
+    assert batched == single  # left padding changes nothing under greedy decoding
+
+
+def test_local_batcher_skips_a_cancelled_request_and_keeps_serving():
+    import threading
+    import time
+
+    from agentrl.policies.local import _Batcher
+
+    gate = threading.Event()
+
+    def double(requests):
+        gate.wait(5)
+        return [r * 2 for r in requests]
+
+    batcher = _Batcher(double, max_batch=4, wait_s=0.0)
+    first = batcher.submit(1)
+    time.sleep(0.2)  # the worker is now blocked inside the first batch
+    timed_out, waiting = batcher.submit(2), batcher.submit(4)  # both go into the next batch
+    assert timed_out.cancel()  # what asyncio does to the future of an episode that hit its timeout
+    gate.set()
+    assert first.result(5) == 2
+    assert waiting.result(5) == 8  # its batch-mate's cancellation did not lose its result
+    assert batcher.submit(3).result(5) == 6

@@ -7,7 +7,7 @@ import pytest
 from agentrl.config import REPO_ROOT, load_preset
 from agentrl.gpu_plan import ARCHS, CARDS, GIB, apply_card, arch_for, card_for, plan_grpo, plan_sft, plans
 
-GPU_PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml") if p.stem != "demo")
+GPU_PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml") if p.stem not in ("demo", "cpu_smol"))
 
 
 def test_kv_cache_bytes_match_vllms_log_of_unsloths_qwen3_4b_t4_notebook():

@@ -10,7 +10,7 @@ import pytest
 from agentrl.rewards import answer_em, answer_f1, format_reward, make_judge_reward, tool_use
 from agentrl.train.grpo import GRPOSettings, run_grpo
 from agentrl.train.models import ModelConfig
-from conftest import HOTPOT, check_preset, free_port, start_process, stop_process
+from conftest import HOTPOT, check_preset, free_port, start_process, stop_process, train_grpo_capturing
 
 
 def settings(trained, tiny_model, **kw) -> GRPOSettings:
@@ -69,34 +69,9 @@ def test_judge_reward_retries_empty_replies_then_falls_back(empty_judge_url, tmp
 
 
 def test_grpo_rollouts_call_real_tools_and_no_tool_output_carries_loss(trained, tiny_model, small_index, tmp_path):
-    from agentrl.train.grpo import build_task, make_trainer, training_rows
-    from agentrl.train.models import load_for_training
-
-    preset = check_preset(small_index)
-    cfg = settings(trained, tiny_model, max_steps=2)
-    loaded = load_for_training(cfg.model, adapter=cfg.adapter)
-    loaded.tokenizer.padding_side = "left"
-    task = build_task(cfg, preset)
-    trainer = make_trainer(cfg, loaded, task, training_rows(cfg, task, preset), tmp_path)
-    batches = []
-    original = trainer._generate_and_score_completions
-
-    def capture(inputs):
-        out = original(inputs)
-        batches.append({k: out[k].detach().clone() for k in ("completion_ids", "completion_mask", "tool_mask")
-                        if k in out})
-        return out
-
-    trainer._generate_and_score_completions = capture
-    trainer.train()
-    tok = loaded.tokenizer
+    trainer, trained_text, masked_text = train_grpo_capturing(settings(trained, tiny_model, max_steps=2),
+                                                              check_preset(small_index), tmp_path)
     assert any(h.get("tools/call_frequency", 0) > 0 for h in trainer.state.log_history)
-    trained_text, masked_text = [], []
-    for b in batches:
-        assert "tool_mask" in b
-        for ids, cmask, tmask in zip(b["completion_ids"], b["completion_mask"], b["tool_mask"], strict=True):
-            trained_text.append(tok.decode([i for i, c, t in zip(ids, cmask, tmask, strict=True) if c and t]))
-            masked_text.append(tok.decode([i for i, c, t in zip(ids, cmask, tmask, strict=True) if c and not t]))
     assert any("Doc 1 (Title:" in m for m in masked_text), "no rollout received a real search result"
     for t, m in zip(trained_text, masked_text, strict=True):
         assert "Doc 1 (Title:" not in t and "<tool_response>" not in t  # retrieved text never carries loss

