@@ -141,6 +141,45 @@ HOSTILE = [
     ("replace amplification", "SELECT length(replace(hex(zeroblob(50000)), '0', hex(zeroblob(50000))))"),
     ("row explosion insert", "INSERT INTO {t} SELECT a.* FROM {t} a, {t} b, {t} c, {t} d, {t} e, {t} f"),
     ("very long statement", "SELECT '" + "x" * 20000 + "'"),
+    # issue 13: obfuscated ATTACH, PRAGMA variants, virtual tables, parser bombs, huge IN lists, NUL bytes, DDL
+    ("attach in mixed case", "aTtAcH DATABASE ':memory:' AS evil"),
+    ("attach behind comments", "/* x */ ATTACH /* y */ DATABASE '{tmp}/evil.db' AS evil"),
+    ("attach without the keyword", "ATTACH '{tmp}/evil.db' AS evil"),
+    ("attach a uri", "ATTACH DATABASE 'file:{tmp}/evil.db?mode=rwc' AS evil"),
+    ("qualified writable_schema", "PRAGMA main.writable_schema = 1"),
+    ("lower-case writable_schema", "pragma WRITABLE_SCHEMA=1"),
+    ("temp_store", "PRAGMA temp_store = MEMORY"),
+    ("query_only off", "PRAGMA query_only = 0"),
+    ("schema_version", "PRAGMA schema_version = 5"),
+    ("user_version", "PRAGMA user_version = 3"),
+    ("cache_size", "PRAGMA cache_size = -1000000"),
+    ("mmap_size", "PRAGMA mmap_size = 1000000000"),
+    ("journal to WAL", "PRAGMA journal_mode = WAL"),
+    ("qualified max_page_count", "PRAGMA main.max_page_count = 999999999"),
+    ("lift the heap cap", "PRAGMA hard_heap_limit = 0"),
+    ("soft heap limit", "PRAGMA soft_heap_limit = 0"),
+    ("trusted_schema", "PRAGMA trusted_schema = 1"),
+    ("foreign keys off", "PRAGMA foreign_keys = OFF"),
+    ("fts5 virtual table", "CREATE VIRTUAL TABLE evil USING fts5(x)"),
+    ("rtree virtual table", "CREATE VIRTUAL TABLE evil USING rtree(id, a, b)"),
+    ("temp view", "CREATE TEMP VIEW evil AS SELECT 1"),
+    ("write the temp schema", "INSERT INTO sqlite_temp_master VALUES ('table', 'x', 'x', 0, 'CREATE TABLE x(y)')"),
+    ("replace into the schema", "REPLACE INTO sqlite_master VALUES ('table', 'x', 'x', 0, 'CREATE TABLE x(y)')"),
+    ("parser stack bomb", "SELECT " + "(" * 3000 + "1" + ")" * 3000),
+    ("huge IN list", "SELECT 1 WHERE 1 IN (" + ",".join(str(i) for i in range(5000)) + ")"),
+    ("NUL byte then a drop", "SELECT 1\x00; DROP TABLE {t}"),
+    ("NUL byte at the end", "SELECT {c} FROM {t}\x00"),
+    ("drop if exists", "DROP TABLE IF EXISTS {t}"),
+    ("rename a column", "ALTER TABLE {t} RENAME COLUMN {c} TO evil"),
+    ("drop a column", "ALTER TABLE {t} DROP COLUMN {c}"),
+    ("unique index", "CREATE UNIQUE INDEX evil ON {t} ({c})"),
+    ("vacuum", "VACUUM"),
+    ("detach temp", "DETACH temp"),
+    ("load libc", "SELECT load_extension('libc.so.6')"),
+    ("fts3 tokenizer pointer", "SELECT fts3_tokenizer('simple')"),
+    ("savepoint then drop", "SAVEPOINT a; DROP TABLE {t}"),
+    ("recursive insert flood", "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) "
+                               "INSERT INTO {t} ({c}) SELECT x FROM r"),
 ]
 
 
@@ -160,7 +199,7 @@ def test_hostile_statements_leave_the_sandbox_intact_and_the_env_serving(tasks, 
     finally:
         os.chdir(cwd)
     assert out.startswith("Error:"), f"{name}: {out[:200]}"
-    if "CTE" in name or "cartesian" in name or "explosion" in name:
+    if "CTE" in name or "cartesian" in name or "explosion" in name or "flood" in name:
         assert "time limit" in out or "full" in out
     assert env.execute_sql(f"SELECT COUNT(*) FROM {t}") == before_rows
     assert env.execute_sql("SELECT type, name, sql FROM sqlite_master") == before_schema
@@ -254,13 +293,17 @@ def _long_table_task(n: int) -> dict:
 
 def test_results_longer_than_the_rows_shown_are_scored_in_full():
     task = _long_table_task(30)
-    answer = ", ".join(task["metadata"]["label"])
+    answer = json.dumps(task["metadata"]["label"])  # several values: a list, as AgentBench reads them
     env = SQLEnv(jaccard=True)
     env.reset(**task)
     out = env.execute_sql("SELECT n FROM Long")
     assert len(out.splitlines()) == 1 + 20 + 1 and "more rows" in out  # the model sees 20 rows
     scores = sql_score(answer, task, env)
     assert scores["result_match"] == 1.0 and scores["exec"] == 1.0 and scores["em"] == 1.0
+    env.execute_sql("SELECT n FROM Long WHERE n < 27")  # a later query does not take the credit back
+    assert sql_score(answer, task, env)["exec"] == 1.0
+    env = SQLEnv(jaccard=True)
+    env.reset(**task)
     env.execute_sql("SELECT n FROM Long WHERE n < 27")  # 27 of 30 values, past the 20 shown
     assert sql_score(answer, task, env)["exec"] == 0.9
     # a result longer than the scoring cap never matches (its end was not read), and the fetch stops there
@@ -270,17 +313,19 @@ def test_results_longer_than_the_rows_shown_are_scored_in_full():
     assert sql_score(answer, task, env)["exec"] == 0.1
     env = SQLEnv()
     env.reset(**task)
-    out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c")
-    assert "more rows" in out and len(env._last_select) == SQLLimits().max_scored_rows
+    # (each query also reads the task's table: only such results are scored)
     out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
-                          "SELECT randomblob(90000) FROM c")  # wide rows: the text budget stops the fetch
-    assert not out.startswith("Error") and len(env._last_select) == SQLLimits().max_rows  # (the rows shown)
+                          "SELECT x FROM c WHERE (SELECT min(n) FROM Long) IS NOT NULL")
+    assert "more rows" in out and len(env._selects[-1][0]) == SQLLimits().max_scored_rows
+    out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+                          "SELECT randomblob(90000) FROM c WHERE (SELECT min(n) FROM Long) IS NOT NULL")  # wide rows
+    assert not out.startswith("Error") and len(env._selects[-1][0]) == SQLLimits().max_rows  # (the rows shown)
     # a slow result: the deadline comes while fetching the scored rows, after the rows to show
     start = time.monotonic()
     out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
-                          "SELECT x FROM c WHERE x % 20000 = 0")
+                          "SELECT x FROM c WHERE (SELECT min(n) FROM Long) IS NOT NULL AND x % 20000 = 0")
     assert time.monotonic() - start < 2.0 and not out.startswith("Error") and "more rows" in out
-    assert 20 <= len(env._last_select) < SQLLimits().max_scored_rows
+    assert 20 <= len(env._selects[-1][0]) < SQLLimits().max_scored_rows
 
 
 @pytest.mark.parametrize("answer", ["1e999", "-1e999", "nan", "NaN", "inf", "1e400, nan"])
@@ -288,7 +333,8 @@ def test_overflowing_and_nan_answers_are_compared_as_text_not_crash(tasks, answe
     select = next(t for t in tasks if t["id"] == "db_4")
     env = SQLEnv()
     env.reset(**select)
-    env.execute_sql("SELECT 1e999, -1e999")  # SQLite returns float inf: must normalise too
+    table = quote(select["metadata"]["table"]["table_name"])
+    env.execute_sql(f"SELECT 1e999, -1e999 FROM {table} LIMIT 1")  # SQLite returns float inf: must normalise too
     completion = [{"role": "assistant", "content": f"<answer>{answer}</answer>"}]
     assert sql_answer(None, [completion], environments=[env]) == [0.0]
     assert sql_execution(None, [completion], environments=[env]) == [0.1]
@@ -371,3 +417,17 @@ def test_grpo_sql_credit_settings_reach_the_training_environment():
     assert (env._partial, env._jaccard) == (0.3, True)
     env = build_task(GRPOSettings(env="sql"), {"eval": {"sql_partial_credit": 0.05}}).make_env()
     assert (env._partial, env._jaccard) == (0.05, False)
+
+
+def test_a_transaction_left_open_neither_blocks_the_env_nor_scoring(tasks):
+    task = tasks[40]
+    table = task["metadata"]["table"]
+    t, c = quote(table["table_name"]), quote(table["table_info"]["columns"][0]["name"])
+    env = SQLEnv()
+    env.reset(**task)
+    assert not env.execute_sql("BEGIN").startswith("Error")
+    assert env.execute_sql(f"UPDATE {t} SET {c} = 'x'").startswith("OK")
+    assert not env.execute_sql(f"SELECT COUNT(*) FROM {t}").startswith("Error")  # never committed, still serving
+    assert sql_score("done", task, env)["em"] == 0.0
+    env.reset(**task)  # the next episode starts from the task's table
+    assert "'x'" not in env.execute_sql(f"SELECT {c} FROM {t} LIMIT 1")

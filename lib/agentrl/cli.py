@@ -377,6 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--passage-chars", type=int, help="cut each returned passage to this many characters")
     c.add_argument("--raw-chunks", action="store_true", default=None,
                    help="search returns raw chunks instead of the top_k distinct documents")
+    c.add_argument("--scoring", dest="sql_scoring", choices=["agentbench", "lenient"],
+                   help="SQL: AgentBench's rules (default) or the lenient normalised match (docs/decisions.md)")
     c.add_argument("--prompt", help="system prompt name (search, search_brief, sql) or text")
     c.add_argument("--policy", choices=["endpoint", "local", "oracle"])
     g = c.add_argument_group("endpoint policy")

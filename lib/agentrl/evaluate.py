@@ -38,6 +38,7 @@ class EvalConfig:
     max_searches: int = 4
     sql_partial_credit: float = 0.1  # SQL exec score when statements ran but the result/final table is wrong
     sql_jaccard: bool = False  # SQL: Jaccard overlap of rows as partial credit when larger than the above
+    sql_scoring: str = "agentbench"  # SQL headline em: AgentBench's rules, or "lenient" (normalised values)
     passage_chars: int | None = None
     prompt: str | None = None  # default: the env's prompt
     policy: str = "endpoint"
@@ -61,7 +62,8 @@ def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
     cfg = from_dict(EvalConfig, (preset or {}).get("eval"), "eval")
     o = {k: v for k, v in overrides.items() if v is not None}
     for key in ("name", "qa", "limit", "offset", "env", "index", "mcp_url", "top_k", "max_searches", "prompt",
-                "policy", "passage_chars", "search_method", "sql_partial_credit", "sql_jaccard", "raw_chunks"):
+                "policy", "passage_chars", "search_method", "sql_partial_credit", "sql_jaccard", "raw_chunks",
+                "sql_scoring"):
         if key in o:
             setattr(cfg, key, o[key])
     for key in ("base_url", "model", "api_key", "temperature", "top_p", "max_tokens"):
@@ -113,7 +115,7 @@ def build_task(cfg: EvalConfig, preset: dict | None = None):
         from agentrl.tasks import sql_task
 
         return sql_task(prompt=cfg.prompt or "sql", max_calls=cfg.max_searches,
-                        partial_credit=cfg.sql_partial_credit, jaccard=cfg.sql_jaccard)
+                        partial_credit=cfg.sql_partial_credit, jaccard=cfg.sql_jaccard, scoring=cfg.sql_scoring)
     if cfg.env == "textgame":
         from agentrl.tasks import textgame_task
 

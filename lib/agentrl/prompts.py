@@ -21,8 +21,9 @@ PROMPTS = {
     "sql": (
         "You are a database agent. Use the `execute_sql` tool to inspect and query the SQLite database "
         "(one statement per call; quote table and column names with double quotes). Use at most {max_calls} "
-        "calls.\nFor a question, reply with the answer values only inside <answer></answer> tags, several "
-        "values separated by ', '. For a request to change the data, execute the statement, then reply "
+        "calls.\nFor a question, reply with the answer value only inside <answer></answer> tags; several "
+        "values as a JSON list, e.g. <answer>[\"a\", \"b\"]</answer>. For a request to change the data, execute "
+        "the statement, then reply "
         "<answer>done</answer>."
     ),
     "textgame": (

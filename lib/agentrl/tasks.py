@@ -44,17 +44,21 @@ def search_task(backend, *, top_k: int = 5, max_searches: int = 4, prompt: str =
                 config={"top_k": top_k, "max_searches": max_searches, "prompt": prompt, "passage_chars": passage_chars})
 
 
-def sql_task(*, prompt: str = "sql", max_calls: int = 8, partial_credit: float = 0.1, jaccard: bool = False) -> Task:
-    """Return the SQL task over per-episode SQLite databases (agentrl.envs.sql)."""
+def sql_task(*, prompt: str = "sql", max_calls: int = 8, partial_credit: float = 0.1, jaccard: bool = False,
+             scoring: str = "agentbench") -> Task:
+    """Return the SQL task over per-episode SQLite databases (agentrl.envs.sql); ``scoring`` picks the headline
+    em: AgentBench's rules (default) or the lenient normalised match."""
     import functools
 
     from agentrl.envs.sql import SQLEnv, oracle_plan, sql_score
     from agentrl.prompts import system_prompt
 
-    env = functools.partial(SQLEnv, max_calls=max_calls, partial_credit=partial_credit, jaccard=jaccard)
+    env = functools.partial(SQLEnv, max_calls=max_calls, partial_credit=partial_credit, jaccard=jaccard,
+                            scoring=scoring)
     return Task(name="sql", make_env=env, system_prompt=system_prompt(prompt, max_calls=max_calls),
                 oracle_plan=oracle_plan, score=sql_score,
-                config={"prompt": prompt, "max_calls": max_calls, "partial_credit": partial_credit, "jaccard": jaccard})
+                config={"prompt": prompt, "max_calls": max_calls, "partial_credit": partial_credit, "jaccard": jaccard,
+                        "scoring": scoring})
 
 
 def textgame_task(*, prompt: str = "textgame", max_steps: int = 50) -> Task:

@@ -91,24 +91,44 @@ def column_type(declared: str, values: list | None = None) -> str:
     return mapped
 
 
-def mysql_to_sqlite(sql: str) -> str:
+def mysql_to_sqlite(sql: str, table_name: str | None = None) -> str:
     """Return ``sql`` with the MySQL spellings SQLite rejects rewritten: backslash-escaped quotes inside string
-    literals become doubled quotes. (Backticks and [brackets] SQLite accepts as identifier quotes.)"""
-    return sql.replace("\\'", "''").replace('\\"', '"')
+    literals become doubled quotes, and the task's table name written bare where SQLite needs it quoted (MySQL
+    accepts ``INSERT INTO 1952_British_Grand_Prix_0``; SQLite does not take an identifier that starts with a
+    digit). Backticks and [brackets] SQLite accepts as identifier quotes."""
+    sql = sql.replace("\\'", "''").replace('\\"', '"')
+    if table_name and re.fullmatch(r"\w+", table_name) and table_name[0].isdigit():
+        bare = re.compile(rf"(?<![`\"\w]){re.escape(table_name)}(?![`\"\w])")
+        # outside string literals only: a value may spell the table's name too
+        parts = re.split(r"('(?:[^']|'')*')", sql)
+        sql = "".join(part if i % 2 else bare.sub(quote(table_name), part) for i, part in enumerate(parts))
+    return sql
 
 
-def build_database(table: dict, limits: SQLLimits | None = None) -> sqlite3.Connection:
-    """Return an in-memory database holding the task's table (identifiers quoted, types mapped), unsandboxed."""
+def _text(raw: bytes) -> str:
+    """SQLite text as str; invalid UTF-8 (``CAST(x'ff' AS TEXT)``) is replaced instead of raising on read."""
+    return raw.decode("utf-8", "replace")
+
+
+def build_database(table: dict, limits: SQLLimits | None = None, *, mysql_types: bool = False) -> sqlite3.Connection:
+    """Return an in-memory database holding the task's table (identifiers quoted, types mapped), unsandboxed.
+
+    ``mysql_types`` keeps declared TEXT columns TEXT even when every value is a number (as MySQL stores them:
+    '7.400' stays '7.400'), for AgentBench's table hash; the default gives such columns NUMERIC affinity so that
+    comparisons with numbers behave as in MySQL."""
     limits = limits or SQLLimits()
     info = table.get("table_info") or {}
     columns = info.get("columns") or []
     if not table.get("table_name") or not columns:
         raise DataError("SQL task table needs 'table_name' and 'table_info.columns'")
     conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    conn.text_factory = _text
     name = quote(table["table_name"])
     data = info.get("rows") or []
-    cols = ", ".join(f"{quote(c['name'])} {column_type(c.get('type', 'TEXT'), [r[i] for r in data if i < len(r)])}"
-                     for i, c in enumerate(columns))
+    def declared(i: int, c: dict) -> str:
+        return column_type(c.get("type", "TEXT"), None if mysql_types else [r[i] for r in data if i < len(r)])
+
+    cols = ", ".join(f"{quote(c['name'])} {declared(i, c)}" for i, c in enumerate(columns))
     conn.execute(f"CREATE TABLE {name} ({cols})")
     marks = ", ".join("?" for _ in columns)
     conn.executemany(f"INSERT INTO {name} VALUES ({marks})",
@@ -117,12 +137,17 @@ def build_database(table: dict, limits: SQLLimits | None = None) -> sqlite3.Conn
     return conn
 
 
-def sandbox(conn: sqlite3.Connection, table_name: str, limits: SQLLimits) -> None:
-    """Install the authorizer and limits on ``conn`` (see the module docstring)."""
+def sandbox(conn: sqlite3.Connection, table_name: str, limits: SQLLimits, reads: set | None = None) -> None:
+    """Install the authorizer and limits on ``conn`` (see the module docstring); the names of tables a statement
+    reads are added to ``reads`` when given (exec credit needs a result read from the task's table)."""
     allowed_write = {table_name}
 
     def authorizer(action, arg1, arg2, dbname, source):
-        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_TRANSACTION,
+        if action == sqlite3.SQLITE_READ:
+            if reads is not None:
+                reads.add(arg1)
+            return sqlite3.SQLITE_OK
+        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_TRANSACTION,
                       sqlite3.SQLITE_SAVEPOINT, sqlite3.SQLITE_RECURSIVE):
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_FUNCTION:
@@ -138,6 +163,23 @@ def sandbox(conn: sqlite3.Connection, table_name: str, limits: SQLLimits) -> Non
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_sql_length)
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     conn.setlimit(sqlite3.SQLITE_LIMIT_COMPOUND_SELECT, 50)
+
+
+_CTE_NAME = re.compile(r'(\w+|"[^"]+"|`[^`]+`)\s*(?:\([^()]*\))?\s*\bAS\s*(?:NOT\s+)?(?:MATERIALIZED\s+)?\(', re.I)
+
+
+def _too_complex(sql: str) -> bool:
+    """Return True for a statement whose CTEs refer to each other so often that SQLite's prepare step, where
+    neither the progress handler nor an interrupt runs, would expand it exponentially (``c1`` reading ``c0``
+    twice, ``c2`` reading ``c1`` twice, ...: 2**depth copies). Ordinary queries have a handful of CTEs."""
+    if not re.search(r"\bWITH\b", sql, re.I):
+        return False
+    names = {m.group(1).strip('"`').lower() for m in _CTE_NAME.finditer(sql)}
+    if len(names) < 6:
+        return False
+    words = re.findall(r'\w+|"[^"]+"|`[^`]+`', sql.lower())
+    refs = sum(1 for w in words if w.strip('"`') in names) - len(names)
+    return refs > 1.5 * len(names)  # a chain read once per step has about len(names); a doubling one twice that
 
 
 def _size(row: tuple) -> int:
@@ -156,6 +198,11 @@ def run_statement(conn: sqlite3.Connection, sql: str, limits: SQLLimits) -> tupl
     """
     if not isinstance(sql, str) or not sql.strip():
         raise ValueError("query must be a non-empty SQL statement")
+    if "\x00" in sql:
+        raise ValueError("the statement contains a NUL character")
+    if _too_complex(sql):
+        raise ValueError("statement too complex: many common table expressions referring to each other "
+                         "(SQLite would expand them before any time limit applies)")
     cap = max(limits.max_rows, limits.max_scored_rows)
     deadline = time.monotonic() + limits.time_limit
     conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 1000)
@@ -237,9 +284,21 @@ def values_match(got: list, label: list) -> bool:
 
 
 def answer_matches(answer: str | None, label: list) -> bool:
-    """Return True when an ``<answer>`` text gives the label values (split on ", ", or as one joined string)."""
+    """Return True when an ``<answer>`` text gives the label values (a JSON/Python list, split on ", ", or as one
+    joined string)."""
     if answer is None:
         return False
+    text = answer.strip()
+    if text.startswith("[") and text.endswith("]"):  # several values as a list, as the prompt asks
+        import ast
+
+        try:
+            values = ast.literal_eval(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            values = None
+        if isinstance(values, list) and values_match([v[0] if isinstance(v, tuple) and v else v for v in values],
+                                                     label):
+            return True
     parts = [p for p in (x.strip() for x in answer.split(", ")) if p] or [""]
     if values_match(parts, label):
         return True
@@ -252,14 +311,33 @@ def table_state(conn: sqlite3.Connection, table_name: str) -> Counter:
     return Counter(tuple(normalize_value(v) for v in r) for r in rows)
 
 
+# A nested-CTE bomb grows SQLite's heap before any time limit can act; capping the process-wide SQLite heap
+# turns it into a MemoryError after ~0.5 s instead of gigabytes (it caps every SQLite connection of the process)
+SQLITE_HEAP_LIMIT = 512 * 1024 * 1024
+SCORING = ("agentbench", "lenient")
+
+
+def _cap_sqlite_heap() -> None:
+    conn = sqlite3.connect(":memory:")
+    try:
+        current = conn.execute("PRAGMA hard_heap_limit").fetchone()[0]
+        if not current or current > SQLITE_HEAP_LIMIT:
+            conn.execute(f"PRAGMA hard_heap_limit = {SQLITE_HEAP_LIMIT}")
+    finally:
+        conn.close()
+
+
 class SQLEnv:
     """A SQLite database per episode with one tool; reset with a task row (see the module docstring)."""
 
     def __init__(self, limits: SQLLimits | None = None, max_calls: int | None = None, partial_credit: float = 0.1,
-                 jaccard: bool = False):
+                 jaccard: bool = False, scoring: str = "agentbench"):
+        if scoring not in SCORING:
+            raise DataError(f"unknown SQL scoring '{scoring}' (choose from {', '.join(SCORING)})")
         self._limits = limits or SQLLimits()
-        self._max_calls, self._partial, self._jaccard = max_calls, partial_credit, jaccard
+        self._max_calls, self._partial, self._jaccard, self._scoring = max_calls, partial_credit, jaccard, scoring
         self._conn: sqlite3.Connection | None = None
+        _cap_sqlite_heap()
         self.reset()
 
     def reset(self, **row) -> None:
@@ -269,13 +347,16 @@ class SQLEnv:
         meta = row.get("metadata") or (json.loads(row["task"]) if isinstance(row.get("task"), str) else row.get("task"))
         self._meta = meta or {}
         self.calls = self.errors = self.ok = 0
-        self._last_select: list | None = None  # values of the last successful SELECT (up to max_scored_rows)
-        self._last_complete = True  # False when that result had more rows than were kept
+        self._selects: list[tuple[list, bool]] = []  # (values, complete) of SELECTs that read the task's table
+        self._writes: list[str] = []  # statements that changed rows, replayed for AgentBench's table hash
+        self._reads: set[str] = set()
         self._conn = None
+        self._initial: Counter | None = None
         table = self._meta.get("table")
         if table:
             self._conn = build_database(table, self._limits)
-            sandbox(self._conn, table["table_name"], self._limits)
+            self._initial = table_state(self._conn, table["table_name"])
+            sandbox(self._conn, table["table_name"], self._limits, self._reads)
 
     def execute_sql(self, query: str) -> str:
         """Run one SQL statement on the database and return the result as a small text table.
@@ -288,57 +369,106 @@ class SQLEnv:
         if self._max_calls is not None and self.calls >= self._max_calls:
             return f"Call limit reached ({self._max_calls} statements). Give your answer now."
         self.calls += 1
+        self._reads.clear()
         try:
             before = self._conn.total_changes
             columns, rows, complete = run_statement(self._conn, query, self._limits)
-        except (sqlite3.Error, ValueError, OverflowError) as exc:
+        except MemoryError:
             self.errors += 1
-            msg = str(exc)
+            return "Error: the statement needs too much memory (statement too complex)"
+        except Exception as exc:  # noqa: BLE001 - the model reads the error; nothing escapes the tool
+            self.errors += 1
+            msg = str(exc) if isinstance(exc, sqlite3.Error | ValueError | OverflowError) else \
+                f"{type(exc).__name__}: {exc}"
             if msg == "interrupted":
                 msg = f"statement stopped after the {self._limits.time_limit:g} s time limit"
             if "not authorized" in msg or "prohibited" in msg:
                 msg += " (only SELECT, and INSERT/UPDATE/DELETE on the task's table, are allowed)"
             return f"Error: {msg}"
         self.ok += 1
-        if columns:
-            self._last_select, self._last_complete = [v for r in rows for v in r], complete
-        return format_result(columns, rows, not complete, self._limits, self._conn.total_changes - before)
+        changed = self._conn.total_changes - before
+        if changed:
+            self._writes.append(query)
+        if columns and self._meta.get("table", {}).get("table_name") in self._reads:
+            self._selects.append(([v for r in rows for v in r], complete))
+        return format_result(columns, rows, not complete, self._limits, changed)
 
     def _expected_state(self) -> Counter | None:
+        """The table after the gold statement on a fresh copy; None when there is none or it fails in SQLite."""
         gold = self._meta.get("sql")
         if not gold:
             return None
-        fresh = build_database(self._meta["table"], self._limits)
+        table = self._meta["table"]
+        fresh = build_database(table, self._limits)
         try:
-            fresh.execute(mysql_to_sqlite(gold))
-            return table_state(fresh, self._meta["table"]["table_name"])
+            fresh.execute(mysql_to_sqlite(gold, table["table_name"]))
+            return table_state(fresh, table["table_name"])
+        except sqlite3.Error:
+            return None  # reported as unscorable, never an exception out of scoring or a reward
         finally:
             fresh.close()
 
+    def _agentbench_hash(self) -> str | None:
+        """AgentBench's hash of the task table after the episode's writes, replayed on a copy whose TEXT columns
+        keep the text as MySQL does ('7.400' stays '7.400')."""
+        from agentrl.envs.agentbench import table_hash
+
+        table = self._meta["table"]
+        copy = build_database(table, self._limits, mysql_types=True)
+        try:
+            sandbox(copy, table["table_name"], self._limits)
+            for statement in self._writes:
+                try:
+                    run_statement(copy, statement, self._limits)
+                except Exception:  # noqa: BLE001 - it ran on the episode's database; a copy may still refuse it
+                    continue
+            cols = ", ".join(quote(c["name"]) for c in table["table_info"]["columns"])
+            copy.set_authorizer(None)
+            return table_hash(copy.execute(f"SELECT {cols} FROM {quote(table['table_name'])}").fetchall())
+        finally:
+            copy.close()
+
     def _score(self, answer: str | None) -> dict[str, float]:
         """Return the episode's metrics (see the module docstring) for the final ``answer`` text."""
+        from agentrl.envs.agentbench import compare_results, expected_hash
+
         label = self._meta.get("label") or []
         overlap = 0.0
+        unscorable = 0.0
         select = self._meta.get("kind") == "select"
         if select:
             answered = answer_matches(answer, label)
-            last = self._last_select
-            # execution match looks at what the statements returned, not at the <answer> text
-            executed = last is not None and self._last_complete and values_match(last, label)
-            if self._jaccard and last is not None:
-                overlap = _jaccard(Counter(map(normalize_value, last)), Counter(map(normalize_value, label)))
-            result, state, headline = executed, 0.0, answered
+            agentbench = answer is not None and compare_results(answer, label)
+            # execution match: any SELECT that read the task's table returned exactly the label (a later sanity
+            # query does not take the credit back; a literal SELECT 'x' never earns it)
+            executed = any(complete and values_match(vals, label) for vals, complete in self._selects)
+            if self._jaccard and self._selects:
+                want = Counter(map(normalize_value, label))
+                overlap = max(_jaccard(Counter(map(normalize_value, vals)), want) for vals, _ in self._selects)
+            result, state = executed, 0.0
+            headline = agentbench if self._scoring == "agentbench" else answered
         else:
             expected = self._expected_state()
             final = table_state(self._conn, self._meta["table"]["table_name"]) if self._conn else None
             executed = expected is not None and final == expected
-            if self._jaccard and expected is not None and final is not None:
-                overlap = _jaccard(final, expected)
-            answered, result, state, headline = False, False, float(executed), executed
-        exec_score = 1.0 if executed else (max(self._partial, overlap) if self.ok else 0.0)
+            want_hash = expected_hash(self._meta.get("answer_md5"))
+            agentbench = want_hash is not None and self._conn is not None and self._agentbench_hash() == want_hash
+            unscorable = float(expected is None and want_hash is None)
+            if self._jaccard and expected is not None and final is not None and self._initial is not None:
+                # progress from the initial table toward the gold one: doing nothing earns 0, not 0.93
+                start = _jaccard(self._initial, expected)
+                overlap = max(0.0, (_jaccard(final, expected) - start) / (1 - start)) if start < 1 else 0.0
+            answered, result, state = False, False, float(executed)
+            headline = agentbench if self._scoring == "agentbench" and want_hash is not None else executed
+        if select:
+            partial = self._partial if self._selects else 0.0
+        else:  # a write task earns partial credit only for having changed the table
+            partial = self._partial if self._writes and final != self._initial else 0.0
+        exec_score = 1.0 if executed else max(partial, overlap)
         m = float(headline)
         return {"exec": exec_score, "answer_match": float(answered), "state_match": state,
-                "result_match": float(result), "em": m, "f1": m, "acc": m, "precision": m, "recall": m}
+                "result_match": float(result), "agentbench": float(agentbench), "unscorable": unscorable,
+                "em": m, "f1": m, "acc": m, "precision": m, "recall": m}
 
 
 def _jaccard(a: Counter, b: Counter) -> float:
@@ -351,7 +481,8 @@ def sql_score(prediction: str | None, row: dict | None, env) -> dict:
     """Return the SQL metrics of the episode ``env`` just ran (zeros when it never started); the task's scoring
     hook and what the SQL rewards read. (A function, not a method: TRL exposes public methods as tools.)"""
     if env is None:
-        keys = ("exec", "answer_match", "state_match", "result_match", "em", "f1", "acc", "precision", "recall")
+        keys = ("exec", "answer_match", "state_match", "result_match", "agentbench", "unscorable", "em", "f1", "acc",
+                "precision", "recall")
         return dict.fromkeys(keys, 0.0)
     return env._score(prediction)
 
@@ -367,7 +498,8 @@ def dbbench_row(rec: dict, task_id: str, where: str = "") -> dict:
     return {"id": task_id, "question": question,
             "golden_answers": [str(x) for x in rec["label"]] if kind == "select" else ["done"],
             "metadata": {"kind": kind, "type": rec["type"][0], "types": rec["type"], "table": rec["table"],
-                         "sql": gold, "label": rec["label"] if kind == "select" else [], "source": rec.get("source")}}
+                         "sql": gold, "label": rec["label"] if kind == "select" else [], "source": rec.get("source"),
+                         "answer_md5": rec.get("answer_md5")}}
 
 
 def load_dbbench(path: str | Path) -> list[dict]:
@@ -385,7 +517,7 @@ def oracle_plan(row: dict) -> list:
 
     meta = row.get("metadata") or {}
     table = meta["table"]["table_name"]
-    query = mysql_to_sqlite(meta["sql"]) if meta.get("sql") else None
+    query = mysql_to_sqlite(meta["sql"], table) if meta.get("sql") else None
     if meta.get("kind") == "select" and query:
         probe = build_database(meta["table"])
         try:
@@ -395,6 +527,9 @@ def oracle_plan(row: dict) -> list:
         finally:
             probe.close()
     query = query or f"SELECT * FROM {quote(table)} LIMIT 5"
-    answer = ", ".join(str(x) for x in meta.get("label") or []) if meta.get("kind") == "select" else "done"
+    label = [str(x) for x in meta.get("label") or []]
+    # several values as a list: AgentBench reads "a, b" as the single value "a b" (commas are thousands marks)
+    answer = (label[0] if len(label) == 1 else json.dumps(label, ensure_ascii=False)) \
+        if meta.get("kind") == "select" else "done"
     call = {"id": "call_0", "name": "execute_sql", "arguments": json.dumps({"query": query})}
     return [Turn(tool_calls=[call]), Turn(content=f"<answer>{answer}</answer>", finish_reason="stop")]

@@ -72,6 +72,7 @@ class GRPOSettings:
     passage_chars: int | None = None
     sql_partial_credit: float | None = None  # SQL: credit for statements that ran but missed (default [eval]'s 0.1)
     sql_jaccard: bool | None = None  # SQL: Jaccard overlap of result rows / final table as partial credit
+    sql_scoring: str | None = None  # SQL em (sql_answer reward): agentbench (default) or lenient
     eval_every: int = 0  # steps between agent evaluations (0 = only at the end)
     eval_questions: int = 20
     eval_offset: int | None = None  # default: after the training slice, else the last eval_questions rows
@@ -116,7 +117,8 @@ def build_task(settings: GRPOSettings, preset: dict):
 
     cfg = eval_config(preset, env=settings.env, top_k=settings.top_k, max_searches=settings.max_searches,
                       passage_chars=settings.passage_chars, search_method=settings.search_method,
-                      sql_partial_credit=settings.sql_partial_credit, sql_jaccard=settings.sql_jaccard)
+                      sql_partial_credit=settings.sql_partial_credit, sql_jaccard=settings.sql_jaccard,
+                      sql_scoring=settings.sql_scoring)
     return eval_task(cfg, preset)
 
 
