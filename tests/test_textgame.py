@@ -97,3 +97,21 @@ def test_a_missing_java_is_a_clear_error_saying_how_to_install_it(monkeypatch, t
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(JavaMissingError, match="apt-get install openjdk-17-jre-headless"):
         _Pool().take()
+
+
+def test_sft_on_oracle_games_teaches_the_tiny_model_to_act(tmp_path):
+    # The real pipeline (oracle play on train-fold games → curate → export → LoRA SFT → inference check on
+    # dev-fold games) at the benchmark's size: the untrained model never emits a usable `act` call.
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "textgame_sft.py"
+    spec = importlib.util.spec_from_file_location("textgame_sft", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    metrics = bench.learn(tmp_path, games=40, steps=150, check=4)
+    base, sft = metrics["check"]["base"], metrics["check"]["sft"]
+    assert base["episodes_with_wellformed_call"] == 0.0
+    assert sft["episodes_with_wellformed_call"] >= 0.5
+    assert sft["wellformed_call_share"] > base["wellformed_call_share"]
+    assert metrics["loss"][-1]["loss"] < metrics["loss"][0]["loss"] / 10

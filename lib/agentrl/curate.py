@@ -184,24 +184,27 @@ def balance(df, cfg: CurateConfig) -> tuple:
 
 
 def write_selection(df, path: Path) -> int:
-    """Stream the full trajectories of the rows in ``df`` (by source file and row) into ``path``; return count."""
+    """Write the full trajectories of the rows in ``df`` (by source file and row) into ``path``, ordered by
+    normalised question, source and row; return the count."""
     from agentrl.io import JsonlAppender
     from agentrl.trajectories import iter_trajectories
 
-    wanted: dict[str, set[int]] = {}
-    for source, row in df.select("source", "row").iter_rows():
-        wanted.setdefault(source, set()).add(row)
+    # A concurrent run writes its records in completion order; ordering by question makes the curated files (and
+    # so the SFT data order) a function of the set of trajectories, so a rerun reproduces the same training run.
+    keys = df.sort(["qkey", "source", "row"]).select("source", "row").iter_rows()
+    position = {key: i for i, key in enumerate(keys)}
+    records: list = [None] * len(position)
+    for source in dict.fromkeys(src for src, _ in position):
+        for _, row, rec in iter_trajectories([source]):
+            if (source, row) in position:
+                records[position[(source, row)]] = rec
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
-    n = 0
     with JsonlAppender(tmp) as out:
-        for source, rows in wanted.items():
-            for _, row, rec in iter_trajectories([source]):
-                if row in rows:
-                    out.write(rec)
-                    n += 1
+        for rec in records:
+            out.write(rec)
     tmp.replace(path)
-    return n
+    return len(records)
 
 
 def curate(sources, cfg: CurateConfig, out_dir: str | Path) -> dict:
