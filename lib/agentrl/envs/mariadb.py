@@ -68,8 +68,9 @@ def binaries() -> tuple[str, str]:
     """Return the paths of ``mariadbd`` and ``mariadb-install-db``; raise DataError naming the package if absent."""
     found = []
     for names in (("mariadbd", "mysqld"), ("mariadb-install-db", "mysql_install_db")):
-        path = next((p for n in names for p in (shutil.which(n) or shutil.which(n, path="/usr/sbin:/usr/bin"),)
-                     if p), None)
+        # /usr/sbin is not on every user's PATH
+        path = next(filter(None, (shutil.which(n) or shutil.which(n, path="/usr/sbin:/usr/bin") for n in names)),
+                    None)
         if path is None:
             raise DataError(f"MariaDB not found ({names[0]} is not installed): {INSTALL_HINT}")
         found.append(path)
@@ -486,7 +487,8 @@ class MariaDBEnv(SQLEnv):
         """End the episode: close the connection, drop its user and database (idempotent)."""
         if self._finalizer is not None:
             if not self._busy.acquire(timeout=self._limits.time_limit + 2 * WATCHDOG_GRACE):
-                self._server.admin([f"KILL CONNECTION {int(self._conn.thread_id())}"])  # stuck: cut it off
+                with contextlib.suppress(Exception):  # stuck: cut the connection off
+                    self._server.admin([f"KILL CONNECTION {int(self._conn.thread_id())}"])
             else:
                 self._busy.release()
             self._finalizer()
