@@ -3,7 +3,6 @@ no file access, statement time limits, clean-up, cancellation, hostile statement
 
 import functools
 import json
-import sys
 import threading
 import time
 
@@ -11,7 +10,7 @@ import pytest
 
 from agentrl.envs import mariadb
 from agentrl.envs.sql import SQLLimits, load_dbbench, sql_score
-from conftest import DBBENCH
+from conftest import DBBENCH, running
 
 pytestmark = pytest.mark.skipif(not mariadb.available(),
                                 reason="mariadbd not found: apt-get install mariadb-server (.ci/run installs it)")
@@ -266,17 +265,6 @@ def test_long_results_are_capped_like_on_sqlite(server, tasks):
     env._close()
 
 
-def _running(names: set[str]) -> list[str]:
-    """Names of the given functions that some thread is executing right now."""
-    found = []
-    for frame in sys._current_frames().values():
-        while frame is not None:
-            if frame.f_code.co_name in names:
-                found.append(frame.f_code.co_name)
-            frame = frame.f_back
-    return found
-
-
 def test_an_item_timeout_stops_the_statement_on_the_server(server, tasks, tmp_path):
     from agentrl.envs.base import tool_schemas
     from agentrl.policies.base import Turn
@@ -296,7 +284,7 @@ def test_an_item_timeout_stops_the_statement_on_the_server(server, tasks, tmp_pa
     run_batch(OraclePolicy(plan), task, [tasks[40]], tmp_path, RunConfig(progress=False, item_timeout=0.5))
     (rec,) = map(json.loads, (tmp_path / "trajectories.jsonl").open())
     assert rec["error"].startswith("timeout") and time.monotonic() - start < 5
-    assert _running({"_fetch", "_run"}) == []
+    assert running({"_fetch", "_run"}) == []
     sleeping = server.admin(["SELECT id FROM information_schema.processlist WHERE info LIKE 'SELECT SLEEP%'"])
     assert sleeping == [] and server.databases() == [] and _ep_users(server) == []
 

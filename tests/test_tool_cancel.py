@@ -2,7 +2,6 @@
 
 import functools
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -11,17 +10,7 @@ from agentrl.policies.base import Turn
 from agentrl.policies.oracle import OraclePolicy
 from agentrl.runner import RunConfig, run_batch
 from agentrl.tasks import Task
-
-
-def _running(names: set[str]) -> list[str]:
-    """Names of the given functions some thread is executing right now."""
-    found = []
-    for frame in sys._current_frames().values():
-        while frame is not None:
-            if frame.f_code.co_name in names:
-                found.append(frame.f_code.co_name)
-            frame = frame.f_back
-    return found
+from conftest import running
 
 
 def _timed_out_run(tmp_path, make_env, score, tool: str, arguments: dict, row: dict) -> float:
@@ -49,7 +38,7 @@ def test_a_cancelled_sqlite_statement_is_interrupted(tmp_path):
     elapsed = _timed_out_run(tmp_path, functools.partial(SQLEnv, limits=SQLLimits(time_limit=60)), sql_score,
                              "execute_sql", {"query": forever}, load_dbbench(DBBENCH)[0])
     assert elapsed < 3  # not the 60 s statement limit
-    assert _running({"run_statement"}) == []
+    assert running({"run_statement"}) == []
 
 
 def _sleepers() -> list[int]:
@@ -79,7 +68,7 @@ def test_a_cancelled_python_run_is_killed(tmp_path):
     code = "# agentrl-cancel-marker\nimport time\ntime.sleep(60)"
     elapsed = _timed_out_run(tmp_path, CodeEnv, code_score, "run_python", {"code": code}, humaneval_tasks()[0])
     assert elapsed < 3
-    assert _running({"run_python"}) == []
+    assert running({"run_python"}) == []
     assert _sleepers() == []
 
 
@@ -94,4 +83,4 @@ def test_the_mixed_env_passes_the_interrupt_on(tmp_path):
     env._envs["sql"]._limits.time_limit = 60
     forever = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c"
     elapsed = _timed_out_run(tmp_path, lambda: env, mixed_score, "execute_sql", {"query": forever}, row)
-    assert elapsed < 3 and _running({"run_statement"}) == []
+    assert elapsed < 3 and running({"run_statement"}) == []

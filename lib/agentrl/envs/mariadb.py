@@ -195,7 +195,8 @@ class MariaDBServer:
 
         return pymysql.connect(unix_socket=self.socket, user=user, password=password, database=database,
                                charset="utf8mb4", autocommit=False, local_infile=False, connect_timeout=5,
-                               ssl_disabled=True, cursorclass=pymysql.cursors.SSCursor if streaming else pymysql.cursors.Cursor)
+                               ssl_disabled=True,
+                               cursorclass=pymysql.cursors.SSCursor if streaming else pymysql.cursors.Cursor)
 
     def admin(self, statements: list, database: str | None = None) -> list:
         """Run trusted statements (text or ``(text, params)``) as the admin, in ``database`` if given; return the
