@@ -22,10 +22,13 @@ expected final table made by the gold statement on a scratch copy run as a separ
 
 Sample::
 
+    row = load_dbbench("data/samples/dbbench_dev.jsonl")[40]
     env = MariaDBEnv()
-    env.reset(**load_dbbench("data/samples/dbbench_dev.jsonl")[40])
-    env.execute_sql("UPDATE `Chase Championship` SET `Points` = '100' WHERE `Driver` = 'Kyle Busch'")
-    sql_score("done", row, env)["agentbench"]   # 1.0 when the table hash equals the task's answer_md5
+    env.reset(**row)
+    env.execute_sql("UPDATE `Football Team Results` SET Wins = '5', Byes = '3', Losses = '8', Draws = '2', "
+                    "Against = '1305' WHERE `Ballarat FL` = 'Creswick'")    # -> "OK (1 row affected)"
+    sql_score("done", row, env)["agentbench"]   # 1.0: the table hash equals the task's answer_md5
+    env._close()                                # drops the episode's database and user
 """
 
 from __future__ import annotations
@@ -234,23 +237,25 @@ class MariaDBServer:
         self._create(database, table)
         try:
             with self._gold_lock:
-                if self._gold is None:
-                    self._gold = self.connect("agentrl_gold", self._gold_password)
-                conn = self._gold
-                try:
-                    with conn.cursor() as cur:
-                        cur.execute(f"USE {backtick(database)}")
-                        cur.execute(statement)
-                        cur.execute(f"SELECT * FROM {backtick(table['table_name'])}")
-                        rows = cur.fetchall()
-                    conn.commit()
-                except pymysql.MySQLError as exc:
-                    with contextlib.suppress(Exception):
-                        conn.rollback()
-                    if exc.args and exc.args[0] in (0, 2006, 2013):
-                        self._gold = None
-                    return None
-            return Counter(tuple(normalize_value(_text(v)) for v in r) for r in rows)
+                for _attempt in (0, 1):
+                    if self._gold is None:
+                        self._gold = self.connect("agentrl_gold", self._gold_password)
+                    conn = self._gold
+                    try:
+                        with conn.cursor() as cur:
+                            cur.execute(f"USE {backtick(database)}")
+                            cur.execute(statement)
+                            cur.execute(f"SELECT * FROM {backtick(table['table_name'])}")
+                            rows = cur.fetchall()
+                        conn.commit()
+                        return Counter(tuple(normalize_value(_text(v)) for v in r) for r in rows)
+                    except pymysql.MySQLError as exc:
+                        with contextlib.suppress(Exception):
+                            conn.rollback()
+                        if not (isinstance(exc, pymysql.err.InterfaceError) or exc.args[0] in (0, 2006, 2013)):
+                            return None  # the statement itself failed (the result is cached: it is the task's)
+                        self._gold = None  # a lost connection is no verdict on the statement: once more
+                return None
         finally:
             self.admin([f"DROP DATABASE IF EXISTS {backtick(database)}"])
 
