@@ -1,18 +1,29 @@
-"""SQL environment benchmark: the oracle on DB Bench dev, episodes/s and peak memory, against a bare baseline.
+"""SQL environment benchmark: the oracle on DB Bench dev, episodes/s and peak memory per backend, against a bare
+baseline on the same backend.
 
-    uv run python benchmarks/sql_env.py            # ~10 s
+    uv run python benchmarks/sql_env.py                    # both backends (~1 min), each in its own process
+    uv run python benchmarks/sql_env.py --backend sqlite   # or mariadb
 
-Baseline (same run): the same episodes on a bare in-memory SQLite database (build the table, run the gold
-statement, read the table) without the sandbox, limits, AgentBench table hash or scoring. The ratio is what the
-sandbox and exact scoring cost per episode. Only the SQLite backend exists today (a MariaDB backend is open work).
+An episode is what the agent loop does: build the env's database, the oracle's plan (a probe of the gold query for
+SELECT tasks), one ``execute_sql``, the scores, the clean-up. A first round over the 60 dev tasks is reported apart:
+the MariaDB backend caches the gold's effect per task (the probe and the expected table), so later episodes of a
+task cost less, as repeated GRPO episodes do; then five rounds per scoring.
+
+Baselines (same run, same backend): SQLite, the same episodes on a bare in-memory database (build the table, run the
+gold statement, read the table) without the sandbox, limits, AgentBench table hash or scoring; MariaDB, the admin
+creating a database with the table, running the gold statement, reading the table and dropping the database, without
+the episode user, statement checks or scoring. Peak RSS is this process's (ru_maxrss) plus, for MariaDB, the
+server's (VmHWM).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import resource
 import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,18 +33,33 @@ sys.path.insert(0, str(ROOT / "lib"))
 
 from agentrl.envs.sql import SQLEnv, build_database, load_dbbench, mysql_to_sqlite, oracle_plan, quote, sql_score  # noqa: E402
 
-
-def oracle_episode(task: dict, scoring: str) -> float:
-    """Run the oracle's plan in a fresh env and return its headline em."""
-    env = SQLEnv(scoring=scoring)
-    env.reset(**task)
-    plan = oracle_plan(task)
-    env.execute_sql(json.loads(plan[0].tool_calls[0]["arguments"])["query"])
-    return sql_score(plan[1].content.split("<answer>")[1].split("</answer>")[0], task, env)["em"]
+ROUNDS = 5
 
 
-def bare_episode(task: dict) -> None:
-    """The baseline: table, gold statement, table read, nothing else."""
+def oracle_episode(task: dict, scoring: str, backend: str) -> float | None:
+    """Run the oracle's plan in a fresh env and return its headline em (None when the backend refuses the task)."""
+    from agentrl.io import DataError
+
+    if backend == "mariadb":
+        from agentrl.envs import mariadb
+
+        env, plan_fn = mariadb.MariaDBEnv(scoring=scoring), mariadb.oracle_plan
+    else:
+        env, plan_fn = SQLEnv(scoring=scoring), oracle_plan
+    try:
+        env.reset(**task)
+        plan = plan_fn(task)
+    except DataError:
+        return None  # MariaDB: db_5's table has a column without a name, which MySQL refuses
+    try:
+        env.execute_sql(json.loads(plan[0].tool_calls[0]["arguments"])["query"])
+        return sql_score(plan[1].content.split("<answer>")[1].split("</answer>")[0], task, env)["em"]
+    finally:
+        env._close()
+
+
+def bare_sqlite_episode(task: dict) -> None:
+    """The SQLite baseline: table, gold statement, table read, nothing else."""
     meta = task["metadata"]
     conn = build_database(meta["table"])
     with contextlib.suppress(sqlite3.Error):  # a gold SQLite cannot run costs its parse, as in the env
@@ -42,31 +68,93 @@ def bare_episode(task: dict) -> None:
     conn.close()
 
 
-def main() -> None:
+def bare_mariadb_episode(task: dict, n: int) -> None:
+    """The MariaDB baseline: the admin creates a database with the table, runs the gold, reads the table, drops it."""
+    from agentrl.envs import mariadb
+
+    server = mariadb.shared_server()
+    meta = task["metadata"]
+    database = f"bare_{n}"
+    try:
+        server._create(database, meta["table"])
+    except Exception:  # noqa: BLE001 - db_5: refused as in the env
+        return
+    with contextlib.suppress(Exception):
+        server.admin([meta["sql"]], database=database)
+    server.admin([f"SELECT * FROM {mariadb.backtick(meta['table']['table_name'])}",
+                  f"DROP DATABASE {database}"], database=database)
+
+
+def measure(backend: str) -> dict:
+    """Return the figures of one backend (bare baseline, oracle per scoring, peak RSS)."""
     tasks = load_dbbench(ROOT / "data" / "samples" / "dbbench_dev.jsonl")
-    rounds = 5
+    out: dict = {"backend": backend, "tasks": len(tasks)}
+    if backend == "mariadb":
+        from agentrl.envs import mariadb
+
+        start = time.perf_counter()
+        server = mariadb.shared_server()
+        out["server_start_s"] = round(time.perf_counter() - start, 2)
     start = time.perf_counter()
-    for _ in range(rounds):
-        for t in tasks:
-            bare_episode(t)
-    bare = rounds * len(tasks) / (time.perf_counter() - start)
-    out = {"tasks": len(tasks), "bare_episodes_per_s": round(bare, 1)}
+    for r in range(ROUNDS):
+        for i, t in enumerate(tasks):
+            bare_mariadb_episode(t, r * len(tasks) + i) if backend == "mariadb" else bare_sqlite_episode(t)
+    bare = ROUNDS * len(tasks) / (time.perf_counter() - start)
+    out["bare_episodes_per_s"] = round(bare, 1)
+    start = time.perf_counter()
+    first = [oracle_episode(t, "agentbench", backend) for t in tasks]  # cold: nothing cached yet
+    out["first_round_episodes_per_s"] = round(len(first) / (time.perf_counter() - start), 1)
     for scoring in ("agentbench", "lenient"):
         start = time.perf_counter()
-        scores = [oracle_episode(t, scoring) for _ in range(rounds) for t in tasks]
+        scores = [oracle_episode(t, scoring, backend) for _ in range(ROUNDS) for t in tasks]
         eps = len(scores) / (time.perf_counter() - start)
-        out[scoring] = {"oracle_em": round(sum(scores) / len(scores), 4), "episodes_per_s": round(eps, 1),
-                        "vs_bare": round(eps / bare, 3)}
+        scored = [s for s in scores if s is not None]
+        out[scoring] = {"oracle_em": round(sum(scored) / len(scored), 4), "episodes_per_s": round(eps, 1),
+                        "vs_bare": round(eps / bare, 3),
+                        "refused": sorted({t["id"] for t, s in zip(tasks * ROUNDS, scores, strict=True) if s is None})}
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if backend == "mariadb":
+        out["server_peak_rss_mb"] = round(server.peak_rss_bytes() / 2**20, 1)
+        out["leftover_databases"] = server.databases()
+    return out
+
+
+def report(out: dict) -> None:
+    """Print one backend's figures."""
+    backend = out["backend"]
     for scoring in ("agentbench", "lenient"):
         v = out[scoring]
-        print(f"sqlite, {scoring} scoring: oracle em {v['oracle_em']:.4f} on {len(tasks)} DB Bench dev tasks, "
-              f"{v['episodes_per_s']:.0f} episodes/s ({v['vs_bare']:.2f}x of a bare SQLite episode, "
-              f"{out['bare_episodes_per_s']:.0f}/s)")
-    print(f"peak RSS {out['peak_rss_mb']:.0f} MB")
+        refused = f" ({', '.join(v['refused'])} refused: MySQL cannot create its table)" if v["refused"] else ""
+        print(f"{backend}, {scoring} scoring: oracle em {v['oracle_em']:.4f} on "
+              f"{out['tasks'] - len(v['refused'])} DB Bench dev tasks{refused}, {v['episodes_per_s']:.0f} episodes/s "
+              f"({v['vs_bare']:.2f}x of a bare {backend} episode, {out['bare_episodes_per_s']:.0f}/s)")
+    print(f"{backend}: first round (nothing cached) {out['first_round_episodes_per_s']:.0f} episodes/s")
+    server = f" + server {out['server_peak_rss_mb']:.0f} MB (started in {out['server_start_s']:.2f} s)" \
+        if backend == "mariadb" else ""
+    print(f"{backend}: peak RSS {out['peak_rss_mb']:.0f} MB{server}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["sqlite", "mariadb", "both"], default="both")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON line (for --backend both)")
+    args = parser.parse_args()
+    if args.backend != "both":
+        out = measure(args.backend)
+        print(json.dumps(out)) if args.json else report(out)
+        return
+    results = {}
+    for backend in ("sqlite", "mariadb"):  # one process each: separate peak RSS
+        proc = subprocess.run([sys.executable, __file__, "--backend", backend, "--json"], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            print(f"{backend}: failed\n{proc.stderr[-2000:]}")
+            continue
+        results[backend] = json.loads(proc.stdout.strip().splitlines()[-1])
+        report(results[backend])
     path = ROOT / "runs" / "bench" / "sql_env.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2))
+    path.write_text(json.dumps(results, indent=2))
     print(f"wrote {path}")
 
 

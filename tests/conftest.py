@@ -20,6 +20,17 @@ HOTPOT = ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl"
 DBBENCH = ROOT / "data" / "samples" / "dbbench_dev.jsonl"
 
 
+def running(names: set[str]) -> list[str]:
+    """Return the names among ``names`` of functions some thread is executing right now (cancellation tests)."""
+    found = []
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code.co_name in names:
+                found.append(frame.f_code.co_name)
+            frame = frame.f_back
+    return found
+
+
 @pytest.fixture(scope="session")
 def hotpot_rows():
     from agentrl.corpus import load_qa

@@ -41,7 +41,18 @@ async def run_episode(policy, task, row: dict, *, max_turns: int = 6, env=None) 
 
     Exceptions from the policy (after its own retries) propagate; the batch runner records them.
     """
-    env = env if env is not None else task.make_env()
+    if env is None:  # ours: its episode resources (a database, a server user) are released once it is scored
+        env = task.make_env()
+        try:
+            return await _run_episode(policy, task, row, max_turns, env)
+        finally:
+            close = getattr(env, "_close", None)
+            if close is not None:
+                close()
+    return await _run_episode(policy, task, row, max_turns, env)
+
+
+async def _run_episode(policy, task, row: dict, max_turns: int, env) -> dict:
     env.reset(**row)
     tools = tool_schemas(env)
     messages: list[dict] = [{"role": "system", "content": task.system_prompt},

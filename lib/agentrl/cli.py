@@ -379,6 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="search returns raw chunks instead of the top_k distinct documents")
     c.add_argument("--scoring", dest="sql_scoring", choices=["agentbench", "lenient"],
                    help="SQL: AgentBench's rules (default) or the lenient normalised match (docs/decisions.md)")
+    c.add_argument("--sql-backend", choices=["sqlite", "mariadb"],
+                   help="SQL: per-episode SQLite databases (default, fast) or a private MariaDB server "
+                        "(apt-get install mariadb-server)")
     c.add_argument("--prompt", help="system prompt name (search, search_brief, sql) or text")
     c.add_argument("--policy", choices=["endpoint", "local", "oracle"])
     g = c.add_argument_group("endpoint policy")

@@ -39,6 +39,7 @@ class EvalConfig:
     sql_partial_credit: float = 0.1  # SQL exec score when statements ran but the result/final table is wrong
     sql_jaccard: bool = False  # SQL: Jaccard overlap of rows as partial credit when larger than the above
     sql_scoring: str = "agentbench"  # SQL headline em: AgentBench's rules, or "lenient" (normalised values)
+    sql_backend: str = "sqlite"  # SQL databases: sqlite (in-process, fast) or mariadb (a real MySQL-compatible server)
     passage_chars: int | None = None
     prompt: str | None = None  # default: the env's prompt
     policy: str = "endpoint"
@@ -63,7 +64,7 @@ def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
     o = {k: v for k, v in overrides.items() if v is not None}
     for key in ("name", "qa", "limit", "offset", "env", "index", "mcp_url", "top_k", "max_searches", "prompt",
                 "policy", "passage_chars", "search_method", "sql_partial_credit", "sql_jaccard", "raw_chunks",
-                "sql_scoring"):
+                "sql_scoring", "sql_backend"):
         if key in o:
             setattr(cfg, key, o[key])
     for key in ("base_url", "model", "api_key", "temperature", "top_p", "max_tokens"):
@@ -115,7 +116,8 @@ def build_task(cfg: EvalConfig, preset: dict | None = None):
         from agentrl.tasks import sql_task
 
         return sql_task(prompt=cfg.prompt or "sql", max_calls=cfg.max_searches,
-                        partial_credit=cfg.sql_partial_credit, jaccard=cfg.sql_jaccard, scoring=cfg.sql_scoring)
+                        partial_credit=cfg.sql_partial_credit, jaccard=cfg.sql_jaccard, scoring=cfg.sql_scoring,
+                        backend=cfg.sql_backend)
     if cfg.env == "textgame":
         from agentrl.tasks import textgame_task
 

@@ -26,6 +26,13 @@ PROMPTS = {
         "the statement, then reply "
         "<answer>done</answer>."
     ),
+    "sql_mysql": (
+        "You are a database agent. Use the `execute_sql` tool to inspect and query the MySQL database "
+        "(one statement per call; quote table and column names with backticks). Use at most {max_calls} "
+        "calls.\nFor a question, reply with the answer value only inside <answer></answer> tags; several "
+        "values as a JSON list, e.g. <answer>[\"a\", \"b\"]</answer>. For a request to change the data, execute "
+        "the statement, then reply <answer>done</answer>."
+    ),
     "textgame": (
         "You play a text game. Act in the world with the `act` tool, one command per call (for example "
         "\"open wardrobe\", \"take clean gray blazer\", \"put clean gray blazer in wardrobe\"); each result "

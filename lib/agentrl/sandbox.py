@@ -169,9 +169,10 @@ def _read(path: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "\n... (output cut)"
 
 
-def run_python(code: str, limits: SandboxLimits | None = None) -> RunResult:
+def run_python(code: str, limits: SandboxLimits | None = None, started=None) -> RunResult:
     """Run ``code`` as a Python program in the sandbox; return its output and status (never raises for what
-    the code does; OSError only when no process can be started at all)."""
+    the code does; OSError only when no process can be started at all). ``started``, when given, is called with
+    a function that kills the run from another thread (a cancelled item), before the program is waited for."""
     limits = limits or SandboxLimits()
     mode = isolation()
     work = tempfile.mkdtemp(prefix="agentrl-sbx-")
@@ -192,8 +193,7 @@ def run_python(code: str, limits: SandboxLimits | None = None) -> RunResult:
                                     start_new_session=True, close_fds=True)
             expired = threading.Event()
 
-            def on_timeout():
-                expired.set()
+            def kill():
                 if mode == "namespaces":  # unshare then returns once the whole namespace is gone
                     _kill_children(proc.pid)
                     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -201,6 +201,12 @@ def run_python(code: str, limits: SandboxLimits | None = None) -> RunResult:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
 
+            def on_timeout():
+                expired.set()
+                kill()
+
+            if started is not None:
+                started(kill)
             # a timer instead of wait(timeout=...): that one polls with sleeps of up to 50 ms
             timer = threading.Timer(limits.timeout, on_timeout)
             timer.daemon = True

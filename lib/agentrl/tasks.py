@@ -45,20 +45,31 @@ def search_task(backend, *, top_k: int = 5, max_searches: int = 4, prompt: str =
 
 
 def sql_task(*, prompt: str = "sql", max_calls: int = 8, partial_credit: float = 0.1, jaccard: bool = False,
-             scoring: str = "agentbench") -> Task:
-    """Return the SQL task over per-episode SQLite databases (agentrl.envs.sql); ``scoring`` picks the headline
-    em: AgentBench's rules (default) or the lenient normalised match."""
+             scoring: str = "agentbench", backend: str = "sqlite") -> Task:
+    """Return the SQL task over per-episode databases: SQLite in-process (agentrl.envs.sql, the default) or a
+    MariaDB server (agentrl.envs.mariadb; raises DataError when it is not installed). ``scoring`` picks the
+    headline em: AgentBench's rules (default) or the lenient normalised match."""
     import functools
 
     from agentrl.envs.sql import SQLEnv, oracle_plan, sql_score
+    from agentrl.io import DataError
     from agentrl.prompts import system_prompt
 
-    env = functools.partial(SQLEnv, max_calls=max_calls, partial_credit=partial_credit, jaccard=jaccard,
-                            scoring=scoring)
+    if backend == "mariadb":
+        from agentrl.envs import mariadb
+
+        mariadb.binaries()  # fail before the first item, naming the package to install
+        cls, plan = mariadb.MariaDBEnv, mariadb.oracle_plan
+        prompt = "sql_mysql" if prompt == "sql" else prompt
+    elif backend == "sqlite":
+        cls, plan = SQLEnv, oracle_plan
+    else:
+        raise DataError(f"unknown SQL backend '{backend}' (choose from sqlite, mariadb)")
+    env = functools.partial(cls, max_calls=max_calls, partial_credit=partial_credit, jaccard=jaccard, scoring=scoring)
     return Task(name="sql", make_env=env, system_prompt=system_prompt(prompt, max_calls=max_calls),
-                oracle_plan=oracle_plan, score=sql_score,
+                oracle_plan=plan, score=sql_score,
                 config={"prompt": prompt, "max_calls": max_calls, "partial_credit": partial_credit, "jaccard": jaccard,
-                        "scoring": scoring})
+                        "scoring": scoring, "backend": backend})
 
 
 def textgame_task(*, prompt: str = "textgame", max_steps: int = 50) -> Task:

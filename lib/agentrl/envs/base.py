@@ -87,7 +87,9 @@ async def call_tool(env: Any, name: str, raw_arguments: Any) -> tuple[str, str |
 
     Never raises for a bad call: an unknown tool, invalid JSON arguments, wrong argument names/types and
     exceptions inside the tool all come back as ``"Error: ..."`` text for the model to read, with
-    error_kind ``unknown_tool`` / ``invalid_arguments`` / ``tool_exception``. Sync tools run in a thread.
+    error_kind ``unknown_tool`` / ``invalid_arguments`` / ``tool_exception``. Sync tools run in a thread; when the
+    call is cancelled (an item timeout), the env's ``_interrupt()`` (if it has one) stops the work in that thread
+    and the cancellation waits for the thread to return, so nothing is still running once the item is recorded.
     """
     tools = tool_methods(env)
     fn = tools.get(name)
@@ -99,13 +101,28 @@ async def call_tool(env: Any, name: str, raw_arguments: Any) -> tuple[str, str |
     except (ValueError, TypeError) as exc:
         return f"Error: invalid arguments for {name}: {exc}", "invalid_arguments"
     try:
-        result = await fn(**args) if inspect.iscoroutinefunction(fn) else await _in_thread(fn, args)
+        result = await fn(**args) if inspect.iscoroutinefunction(fn) else await _in_thread(env, fn, args)
     except Exception as exc:  # the model reads the error and can try again
         return f"Error: {type(exc).__name__}: {exc}", "tool_exception"
     return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False), None
 
 
-async def _in_thread(fn, args: dict):
-    import asyncio
+# how long a cancelled call waits for its thread after interrupting it (an env without ``_interrupt`` may not stop)
+INTERRUPT_WAIT = 10.0
 
-    return await asyncio.to_thread(fn, **args)
+
+async def _in_thread(env: Any, fn, args: dict):
+    import asyncio
+    import contextlib
+
+    work = asyncio.ensure_future(asyncio.to_thread(fn, **args))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        # cancelling the await does not stop the thread: interrupt the work itself, then let it finish
+        interrupt = getattr(env, "_interrupt", None)
+        if interrupt is not None:
+            with contextlib.suppress(Exception):  # the cancellation goes on whatever the interrupt did
+                interrupt()
+        await asyncio.wait({work}, timeout=INTERRUPT_WAIT)
+        raise

@@ -59,6 +59,7 @@ class CodeEnv:
         self._max_calls = max_calls
         self._meta: dict = {}
         self.calls = 0
+        self._kill = None  # stops the run in progress (set while run_python waits for it)
 
     def reset(self, **row) -> None:
         """Start an episode: remember the problem's prompt, tests and entry point."""
@@ -77,7 +78,19 @@ class CodeEnv:
         if self._max_calls is not None and self.calls >= self._max_calls:
             return f"Call limit reached ({self._max_calls} runs). Give your answer now."
         self.calls += 1
-        return format_run(run_python(str(code), self._limits))
+        try:
+            return format_run(run_python(str(code), self._limits, started=self._started))
+        finally:
+            self._kill = None
+
+    def _started(self, kill) -> None:
+        self._kill = kill
+
+    def _interrupt(self) -> None:
+        """Kill the program running now (the item was cancelled or timed out): see envs.base.call_tool."""
+        kill = self._kill
+        if kill is not None:
+            kill()
 
     def _score(self, answer: str | None) -> dict[str, float]:
         passed = timed_out = 0.0

@@ -47,6 +47,19 @@ class MixedEnv:
         self._family = family
         self._envs[family].reset(**row)
 
+    def _interrupt(self) -> None:
+        """Stop the current family's tool call in progress (see envs.base.call_tool)."""
+        interrupt = getattr(self._envs.get(self._family), "_interrupt", None)
+        if interrupt is not None:
+            interrupt()
+
+    def _close(self) -> None:
+        """Release every family environment's episode resources."""
+        for env in self._envs.values():
+            close = getattr(env, "_close", None)
+            if close is not None:
+                close()
+
     def _tool(self, name: str):
         env = self._envs.get(self._family)
         fn = getattr(env, name, None) if env is not None else None

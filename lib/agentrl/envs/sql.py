@@ -342,8 +342,7 @@ class SQLEnv:
 
     def reset(self, **row) -> None:
         """Start an episode: build the task's database, remember the label and gold statement."""
-        if self._conn is not None:
-            self._conn.close()
+        self._close()
         meta = row.get("metadata") or (json.loads(row["task"]) if isinstance(row.get("task"), str) else row.get("task"))
         self._meta = meta or {}
         self.calls = self.errors = self.ok = 0
@@ -354,9 +353,24 @@ class SQLEnv:
         self._initial: Counter | None = None
         table = self._meta.get("table")
         if table:
-            self._conn = build_database(table, self._limits)
-            self._initial = table_state(self._conn, table["table_name"])
-            sandbox(self._conn, table["table_name"], self._limits, self._reads)
+            self._open(table)
+
+    def _open(self, table: dict) -> None:
+        """Build the episode's database (the backend's part of ``reset``)."""
+        self._conn = build_database(table, self._limits)
+        self._initial = table_state(self._conn, table["table_name"])
+        sandbox(self._conn, table["table_name"], self._limits, self._reads)
+
+    def _close(self) -> None:
+        """End the episode: release its database (the agent loop calls this once the episode is scored)."""
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+
+    def _interrupt(self) -> None:
+        """Stop the statement running now, from another thread (the item was cancelled or timed out)."""
+        if self._conn is not None:
+            self._conn.interrupt()
 
     def execute_sql(self, query: str) -> str:
         """Run one SQL statement on the database and return the result as a small text table.
@@ -364,34 +378,51 @@ class SQLEnv:
         Args:
             query: A single SQLite statement. Quote table and column names that contain spaces with double quotes.
         """
+        return self._execute(query)
+
+    def _execute(self, query: str) -> str:
+        """The tool's body, shared by the backends: call limit, run, error text, bookkeeping for scoring."""
         if self._conn is None:
             raise RuntimeError("no database: reset the environment with a SQL task row first")
         if self._max_calls is not None and self.calls >= self._max_calls:
             return f"Call limit reached ({self._max_calls} statements). Give your answer now."
         self.calls += 1
-        self._reads.clear()
         try:
-            before = self._conn.total_changes
-            columns, rows, complete = run_statement(self._conn, query, self._limits)
+            columns, rows, complete, changed, read_task = self._run(query)
         except MemoryError:
             self.errors += 1
             return "Error: the statement needs too much memory (statement too complex)"
         except Exception as exc:  # noqa: BLE001 - the model reads the error; nothing escapes the tool
             self.errors += 1
-            msg = str(exc) if isinstance(exc, sqlite3.Error | ValueError | OverflowError) else \
-                f"{type(exc).__name__}: {exc}"
-            if msg == "interrupted":
-                msg = f"statement stopped after the {self._limits.time_limit:g} s time limit"
-            if "not authorized" in msg or "prohibited" in msg:
-                msg += " (only SELECT, and INSERT/UPDATE/DELETE on the task's table, are allowed)"
-            return f"Error: {msg}"
+            return f"Error: {self._error_text(exc)}"
         self.ok += 1
-        changed = self._conn.total_changes - before
         if changed:
             self._writes.append(query)
-        if columns and self._meta.get("table", {}).get("table_name") in self._reads:
+        if columns and read_task:
             self._selects.append(([v for r in rows for v in r], complete))
         return format_result(columns, rows, not complete, self._limits, changed)
+
+    def _run(self, query: str) -> tuple[list[str], list[tuple], bool, int, bool]:
+        """Run one statement; return ``(columns, rows, complete, rows changed, whether it read the task's table)``."""
+        self._reads.clear()
+        before = self._conn.total_changes
+        columns, rows, complete = run_statement(self._conn, query, self._limits)
+        return columns, rows, complete, self._conn.total_changes - before, \
+            self._meta.get("table", {}).get("table_name") in self._reads
+
+    def _error_text(self, exc: Exception) -> str:
+        """The model's view of a failed statement."""
+        msg = str(exc) if isinstance(exc, sqlite3.Error | ValueError | OverflowError) else \
+            f"{type(exc).__name__}: {exc}"
+        if msg == "interrupted":
+            msg = f"statement stopped after the {self._limits.time_limit:g} s time limit"
+        if "not authorized" in msg or "prohibited" in msg:
+            msg += " (only SELECT, and INSERT/UPDATE/DELETE on the task's table, are allowed)"
+        return msg
+
+    def _final_state(self) -> Counter | None:
+        """The task table now, as a multiset of normalised rows (None without a database)."""
+        return table_state(self._conn, self._meta["table"]["table_name"]) if self._conn is not None else None
 
     def _expected_state(self) -> Counter | None:
         """The table after the gold statement on a fresh copy; None when there is none or it fails in SQLite."""
@@ -449,7 +480,7 @@ class SQLEnv:
             headline = agentbench if self._scoring == "agentbench" else answered
         else:
             expected = self._expected_state()
-            final = table_state(self._conn, self._meta["table"]["table_name"]) if self._conn else None
+            final = self._final_state()
             executed = expected is not None and final == expected
             want_hash = expected_hash(self._meta.get("answer_md5"))
             agentbench = want_hash is not None and self._conn is not None and self._agentbench_hash() == want_hash
@@ -513,8 +544,6 @@ def load_dbbench(path: str | Path) -> list[dict]:
 def oracle_plan(row: dict) -> list:
     """The oracle's turns for a SQL task: run the gold statement (for a SELECT whose gold query does not run in
     SQLite, look at the table instead), then answer with the label values (SELECT) or "done"."""
-    from agentrl.policies.base import Turn
-
     meta = row.get("metadata") or {}
     table = meta["table"]["table_name"]
     query = mysql_to_sqlite(meta["sql"], table) if meta.get("sql") else None
@@ -526,7 +555,14 @@ def oracle_plan(row: dict) -> list:
             query = None
         finally:
             probe.close()
-    query = query or f"SELECT * FROM {quote(table)} LIMIT 5"
+    return oracle_turns(meta, query or f"SELECT * FROM {quote(table)} LIMIT 5")
+
+
+def oracle_turns(meta: dict, query: str) -> list:
+    """Return the oracle's two turns: ``query`` through ``execute_sql``, then the answer (the label values for a
+    SELECT task, "done" otherwise)."""
+    from agentrl.policies.base import Turn
+
     label = [str(x) for x in meta.get("label") or []]
     # several values as a list: AgentBench reads "a, b" as the single value "a b" (commas are thousands marks)
     answer = (label[0] if len(label) == 1 else json.dumps(label, ensure_ascii=False)) \

@@ -73,6 +73,7 @@ class GRPOSettings:
     sql_partial_credit: float | None = None  # SQL: credit for statements that ran but missed (default [eval]'s 0.1)
     sql_jaccard: bool | None = None  # SQL: Jaccard overlap of result rows / final table as partial credit
     sql_scoring: str | None = None  # SQL em (sql_answer reward): agentbench (default) or lenient
+    sql_backend: str | None = None  # SQL databases: sqlite (default, fast) or mariadb
     eval_every: int = 0  # steps between agent evaluations (0 = only at the end)
     eval_questions: int = 20
     eval_offset: int | None = None  # default: after the training slice, else the last eval_questions rows
@@ -118,7 +119,7 @@ def build_task(settings: GRPOSettings, preset: dict):
     cfg = eval_config(preset, env=settings.env, top_k=settings.top_k, max_searches=settings.max_searches,
                       passage_chars=settings.passage_chars, search_method=settings.search_method,
                       sql_partial_credit=settings.sql_partial_credit, sql_jaccard=settings.sql_jaccard,
-                      sql_scoring=settings.sql_scoring)
+                      sql_scoring=settings.sql_scoring, sql_backend=settings.sql_backend)
     return eval_task(cfg, preset)
 
 
