@@ -103,6 +103,12 @@ def endpoint_url():
     stop_process(proc)
 
 
+@pytest.fixture(params=["aiohttp", "openai"])
+def transport(request) -> str:
+    """The endpoint policy's HTTP transport (EndpointConfig.transport): a test taking it runs with each one."""
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def mcp_url(small_index):
     """A real MCP retrieval server (agentrl serve --transport http) on loopback."""

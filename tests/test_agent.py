@@ -1,4 +1,6 @@
-"""The agent loop and batch runner against a real OpenAI-compatible HTTP server process and the real retriever."""
+"""The agent loop and batch runner against a real OpenAI-compatible HTTP server process and the real retriever.
+
+Tests that talk to the endpoint run once per transport (``transport`` fixture: aiohttp and the openai SDK)."""
 
 import asyncio
 import json
@@ -33,16 +35,17 @@ def task(small_retriever):
     return search_task(LocalSearch(small_retriever), top_k=3, max_searches=3, passage_chars=200)
 
 
-def policy(url, **kw):
-    return EndpointPolicy(EndpointConfig(base_url=url, model="scripted", api_key="EMPTY", backoff_base=0.01, **kw))
+def policy(url, transport="aiohttp", **kw):
+    return EndpointPolicy(EndpointConfig(base_url=url, model="scripted", api_key="EMPTY", backoff_base=0.01,
+                                         transport=transport, **kw))
 
 
-def episode(url, task, question, **kw):
-    return asyncio.run(run_episode(policy(url, **kw), task, row(0, question), max_turns=4))
+def episode(url, task, question, transport="aiohttp", **kw):
+    return asyncio.run(run_episode(policy(url, transport, **kw), task, row(0, question), max_turns=4))
 
 
-def test_tool_call_then_answer_produces_a_complete_trajectory(endpoint_url, task, small_retriever):
-    traj = episode(endpoint_url, task, "Ed Wood film director")
+def test_tool_call_then_answer_produces_a_complete_trajectory(endpoint_url, task, small_retriever, transport):
+    traj = episode(endpoint_url, task, "Ed Wood film director", transport)
     roles = [m["role"] for m in traj["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "assistant"]
     call = traj["messages"][2]["tool_calls"][0]
@@ -61,15 +64,15 @@ def test_tool_call_then_answer_produces_a_complete_trajectory(endpoint_url, task
     ("bad_json", "invalid JSON in arguments"),
     ("unknown_tool", "unknown tool 'lookup'. Available tools: search"),
 ])
-def test_bad_tool_calls_come_back_to_the_model_as_tool_errors(endpoint_url, task, mode, expected):
-    traj = episode(endpoint_url, task, f"[[mode:{mode}]] Ed Wood")
+def test_bad_tool_calls_come_back_to_the_model_as_tool_errors(endpoint_url, task, mode, expected, transport):
+    traj = episode(endpoint_url, task, f"[[mode:{mode}]] Ed Wood", transport)
     tool_msg = next(m for m in traj["messages"] if m["role"] == "tool")
     assert tool_msg["content"].startswith("Error:") and expected in tool_msg["content"]
     assert traj["usage"]["tool_errors"] == 1 and traj["finish"] == "answer"
 
 
-def test_tool_calls_written_as_text_are_parsed(endpoint_url, task):
-    traj = episode(endpoint_url, task, "[[mode:text_tool_call]] Ed Wood")
+def test_tool_calls_written_as_text_are_parsed(endpoint_url, task, transport):
+    traj = episode(endpoint_url, task, "[[mode:text_tool_call]] Ed Wood", transport)
     assert traj["messages"][2]["tool_calls"][0]["function"]["name"] == "search"
     assert traj["messages"][3]["role"] == "tool" and traj["finish"] == "answer"
 
@@ -77,8 +80,8 @@ def test_tool_calls_written_as_text_are_parsed(endpoint_url, task):
 @pytest.mark.parametrize("mode,finish", [("no_tags", "no_answer"), ("empty", "no_answer"),
                                          ("reasoning_only", "no_answer"), ("reasoning_field", "no_answer"),
                                          ("long", "length")])
-def test_replies_without_an_answer_end_the_episode_cleanly(endpoint_url, task, mode, finish):
-    traj = episode(endpoint_url, task, f"[[mode:{mode}]] Ed Wood")
+def test_replies_without_an_answer_end_the_episode_cleanly(endpoint_url, task, mode, finish, transport):
+    traj = episode(endpoint_url, task, f"[[mode:{mode}]] Ed Wood", transport)
     assert traj["finish"] == finish and traj["prediction"] is None and traj["metrics"]["f1"] == 0.0
     if mode == "reasoning_only":  # sent as reasoning_content
         assert traj["messages"][-1]["reasoning"].startswith("I am still thinking")
@@ -123,11 +126,13 @@ def test_hermes_parser_splits_reasoning_content_and_calls():
     assert parse_hermes("<tool_call>\n{\"name\": \"search\", \"arg")[1][0]["name"] is None
 
 
-def test_rate_limit_and_server_error_bursts_are_retried(endpoint_url, task):
-    traj = episode(endpoint_url, task, "[[fail:429:2]] Ed Wood", max_retries=3)
+def test_rate_limit_and_server_error_bursts_are_retried(endpoint_url, task, transport):
+    tag = uuid.uuid4().hex  # the server counts failures per conversation text
+    traj = episode(endpoint_url, task, f"[[fail:429:2]] Ed Wood {tag}", transport, max_retries=3)
     assert traj["finish"] == "answer"
-    traj = episode(endpoint_url, task, "[[fail:500:2]] Tyler Bates", max_retries=3)
+    traj = episode(endpoint_url, task, f"[[fail:500:2]] Tyler Bates {tag}", transport, max_retries=3)
     assert traj["finish"] == "answer"
+    assert len(recorded(endpoint_url, tag)) == 2 * (2 + 2)  # per episode: 2 failures, the retry, the answer turn
 
 
 def recorded(url, contains):
@@ -136,20 +141,20 @@ def recorded(url, contains):
         return json.loads(resp.read())["data"]
 
 
-def test_a_timeout_burst_is_retried_and_the_item_succeeds(endpoint_url, task, tmp_path):
+def test_a_timeout_burst_is_retried_and_the_item_succeeds(endpoint_url, task, tmp_path, transport):
     tag = uuid.uuid4().hex  # the server counts slow requests per conversation text
     rows = [row(0, f"[[slow:3:2]] Ed Wood {tag}")]  # the first 2 requests outlast the 0.5 s request timeout
-    metrics = run_batch(policy(endpoint_url, max_retries=3, request_timeout=0.5), task, rows, tmp_path / "run",
-                        RunConfig(progress=False, item_timeout=60))
+    metrics = run_batch(policy(endpoint_url, transport, max_retries=3, request_timeout=0.5), task, rows,
+                        tmp_path / "run", RunConfig(progress=False, item_timeout=60))
     (rec,) = read_jsonl(tmp_path / "run" / "trajectories.jsonl")
     assert rec["error"] is None and rec["finish"] == "answer" and metrics["errors"] == 0
     assert len(recorded(endpoint_url, tag)) == 4  # 2 timed out, their retry, then the answer turn
 
 
-def test_a_dropped_connection_is_retried(endpoint_url, task, tmp_path):
+def test_a_dropped_connection_is_retried(endpoint_url, task, tmp_path, transport):
     tag = uuid.uuid4().hex
     rows = [row(0, f"[[drop:2]] Ed Wood {tag}"), row(1, f"[[drop:99]] Ed Wood {tag}")]
-    run_batch(policy(endpoint_url, max_retries=2), task, rows, tmp_path / "run", RunConfig(progress=False))
+    run_batch(policy(endpoint_url, transport, max_retries=2), task, rows, tmp_path / "run", RunConfig(progress=False))
     recs = {r["id"]: r for r in read_jsonl(tmp_path / "run" / "trajectories.jsonl")}
     assert recs["q0"]["error"] is None and recs["q0"]["finish"] == "answer"
     assert recs["q1"]["finish"] == "error" and recs["q1"]["error"].startswith("APIConnectionError")
@@ -157,10 +162,10 @@ def test_a_dropped_connection_is_retried(endpoint_url, task, tmp_path):
     assert len(recorded(endpoint_url, f"[[drop:99]] Ed Wood {tag}")) == 3  # the first try and 2 retries
 
 
-def test_items_that_keep_failing_or_time_out_are_recorded_and_the_run_goes_on(endpoint_url, task, tmp_path):
-    rows = [row(0, "Ed Wood"), row(1, "[[fail:503:50]] always down"), row(2, "[[slow:5]] too slow"),
+def test_items_that_keep_failing_or_time_out_are_recorded_and_the_run_goes_on(endpoint_url, task, tmp_path, transport):
+    rows = [row(0, "Ed Wood"), row(1, f"[[fail:503:50]] always down {uuid.uuid4().hex}"), row(2, "[[slow:5]] too slow"),
             row(3, "Doctor Strange")]
-    metrics = run_batch(policy(endpoint_url, max_retries=2), task, rows, tmp_path / "run",
+    metrics = run_batch(policy(endpoint_url, transport, max_retries=2), task, rows, tmp_path / "run",
                         RunConfig(concurrency=4, item_timeout=2.0, progress=False))
     recs = {r["id"]: r for r in read_jsonl(tmp_path / "run" / "trajectories.jsonl")}
     assert set(recs) == {"q0", "q1", "q2", "q3"}
@@ -182,14 +187,15 @@ def test_existing_run_needs_resume_or_overwrite(endpoint_url, task, tmp_path):
         run_batch(policy(endpoint_url), task, [row(0, "Ed Wood")], tmp_path / "run", RunConfig(progress=False))
 
 
-def test_resume_skips_finished_questions_and_retries_errored_ones(endpoint_url, task, tmp_path):
+def test_resume_skips_finished_questions_and_retries_errored_ones(endpoint_url, task, tmp_path, transport):
     out = tmp_path / "run"
-    rows = [row(i, f"[[fail:503:3]] question {i}" if i == 2 else f"question {i}") for i in range(5)]
-    run_batch(policy(endpoint_url, max_retries=0), task, rows, out, RunConfig(progress=False))
+    tag = uuid.uuid4().hex  # the server counts failures per conversation text
+    rows = [row(i, f"[[fail:503:3]] question {i} {tag}" if i == 2 else f"question {i}") for i in range(5)]
+    run_batch(policy(endpoint_url, transport, max_retries=0), task, rows, out, RunConfig(progress=False))
     first = {r["id"]: r for r in read_jsonl(out / "trajectories.jsonl")}
     assert first["q2"]["error"] is not None
     # the scripted failure budget (3) is used up by now: the retry succeeds
-    run_batch(policy(endpoint_url, max_retries=3), task, rows, out, RunConfig(progress=False), resume=True)
+    run_batch(policy(endpoint_url, transport, max_retries=3), task, rows, out, RunConfig(progress=False), resume=True)
     second = read_jsonl(out / "trajectories.jsonl")
     assert sorted(r["id"] for r in second) == [f"q{i}" for i in range(5)]
     by_id = {r["id"]: r for r in second}
@@ -214,9 +220,9 @@ def test_resume_refuses_a_directory_run_with_other_settings(endpoint_url, task, 
         run_batch(policy(endpoint_url, temperature=0.7), task, rows, out, RunConfig(progress=False, max_turns=3),
                   resume=True)
     assert (out / "trajectories.jsonl").read_text() == before  # a refused resume touches nothing
-    # how the run is carried out may change: retries, timeouts, concurrency
-    run_batch(policy(endpoint_url, max_retries=1, request_timeout=30), task, rows + [row(1, "Tim Burton")], out,
-              RunConfig(progress=False, concurrency=2, item_timeout=100), resume=True)
+    # how the run is carried out may change: retries, timeouts, concurrency, transport
+    run_batch(policy(endpoint_url, "openai", max_retries=1, request_timeout=30), task, rows + [row(1, "Tim Burton")],
+              out, RunConfig(progress=False, concurrency=2, item_timeout=100), resume=True)
     assert [r["id"] for r in read_jsonl(out / "trajectories.jsonl")] == ["q0", "q1"]
     # a directory from before fingerprints (or a manifest without one) resumes as it always did
     manifest = json.loads((out / "manifest.json").read_text())
@@ -243,11 +249,12 @@ def test_appender_cuts_a_torn_tail_so_the_file_stays_readable(tmp_path):
     assert [r["id"] for r in read_jsonl(path)] == ["a", "b", "c"]
 
 
-def test_sigkill_mid_run_then_resume_keeps_every_id_exactly_once(endpoint_url, small_index, tmp_path):
+def test_sigkill_mid_run_then_resume_keeps_every_id_exactly_once(endpoint_url, small_index, tmp_path, transport):
     qa = tmp_path / "qa.jsonl"
     qa.write_text("".join(json.dumps(row(i, f"[[slow:0.4]] Ed Wood question {i}")) + "\n" for i in range(24)))
     cmd = [sys.executable, "-m", "agentrl.cli", "eval", "--qa", str(qa), "--index", str(small_index), "--name", "k",
-           "--policy", "endpoint", "--base-url", endpoint_url, "--model", "scripted", "--concurrency", "3"]
+           "--policy", "endpoint", "--base-url", endpoint_url, "--model", "scripted", "--concurrency", "3",
+           "--endpoint-transport", transport]
     env = {**os.environ, "OPENAI_API_KEY": "EMPTY"}
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     path = tmp_path / "runs" / "eval" / "k" / "trajectories.jsonl"
@@ -266,7 +273,7 @@ def test_sigkill_mid_run_then_resume_keeps_every_id_exactly_once(endpoint_url, s
     assert manifest["counts"]["resumed"] >= partial - 1
 
 
-def test_the_api_key_appears_in_no_file_written(tmp_path, small_index):
+def test_the_api_key_appears_in_no_file_written(tmp_path, small_index, transport):
     from conftest import free_port, start_process, stop_process
 
     key = "sk-test-THIS-KEY-MUST-NEVER-BE-WRITTEN-1234"
@@ -278,7 +285,7 @@ def test_the_api_key_appears_in_no_file_written(tmp_path, small_index):
         qa.write_text(json.dumps(row(0, "Ed Wood")) + "\n" + json.dumps(row(1, "[[fail:500:9]] down")) + "\n")
         base = [sys.executable, "-m", "agentrl.cli", "eval", "--qa", str(qa), "--index", str(small_index),
                 "--policy", "endpoint", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "scripted",
-                "--retries", "0"]
+                "--retries", "0", "--endpoint-transport", transport]
         ok = subprocess.run(base + ["--name", "ok", "--api-key", key], cwd=tmp_path, capture_output=True, text=True,
                             timeout=300)
         assert ok.returncode == 0, ok.stderr
@@ -338,7 +345,7 @@ def test_local_model_policy_runs_an_episode_without_crashing(tiny_model, task, h
     assert traj["usage"]["per_turn"][0]["completion_tokens"] > 0
 
 
-def test_trajectories_match_the_documented_schema(endpoint_url, task, tmp_path):
+def test_trajectories_match_the_documented_schema(endpoint_url, task, tmp_path, transport):
     from importlib.resources import files
 
     import jsonschema
@@ -346,7 +353,7 @@ def test_trajectories_match_the_documented_schema(endpoint_url, task, tmp_path):
     schema = json.loads(files("agentrl").joinpath("trajectory.schema.json").read_text())
     rows = [row(0, "Ed Wood"), row(1, "[[mode:bad_json]] x"), row(2, "[[fail:503:50]] down"),
             row(3, "[[mode:reasoning_only]] y")]
-    run_batch(policy(endpoint_url, max_retries=0), task, rows, tmp_path / "run", RunConfig(progress=False))
+    run_batch(policy(endpoint_url, transport, max_retries=0), task, rows, tmp_path / "run", RunConfig(progress=False))
     recs = read_jsonl(tmp_path / "run" / "trajectories.jsonl")
     assert len(recs) == 4
     for rec in recs:

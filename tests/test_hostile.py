@@ -2,6 +2,7 @@
 
 The hostile-reply corpus (``agentrl.scripted_endpoint.HOSTILE``) is run in one batch; each kind has an expected
 outcome below. No reply may crash the runner, lose an item, leak the key or leave a line that cannot be read.
+The endpoint tests run once per transport (``transport`` fixture: aiohttp and the openai SDK).
 """
 
 import asyncio
@@ -9,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -65,19 +67,23 @@ def keyed_endpoint():
 
 
 def _rows(kinds):
-    return [{"id": k, "question": f"[[hostile:{k}]] What is the capital of France?", "golden_answers": ["Paris"]}
+    # a fresh tag per call: the server counts attempts per conversation text ("*_once" kinds misbehave once)
+    tag = uuid.uuid4().hex[:8]
+    return [{"id": k, "question": f"[[hostile:{k}]] What is the capital of France? {tag}", "golden_answers": ["Paris"]}
             for k in kinds]
 
 
-def _policy(url, retries=2):
+def _policy(url, transport, retries=2):
     return EndpointPolicy(EndpointConfig(base_url=url, model="scripted", api_key=KEY, max_retries=retries,
-                                         backoff_base=0.001, backoff_max=0.01, request_timeout=30))
+                                         backoff_base=0.001, backoff_max=0.01, request_timeout=30,
+                                         transport=transport))
 
 
-def test_every_hostile_reply_ends_as_its_expected_outcome_and_nothing_leaks(keyed_endpoint, small_retriever, tmp_path):
+def test_every_hostile_reply_ends_as_its_expected_outcome_and_nothing_leaks(keyed_endpoint, small_retriever, tmp_path,
+                                                                           transport):
     task = search_task(LocalSearch(small_retriever), top_k=2, max_searches=4)
     out = tmp_path / "run"
-    metrics = run_batch(_policy(keyed_endpoint), task, _rows(sorted(HOSTILE)), out,
+    metrics = run_batch(_policy(keyed_endpoint, transport), task, _rows(sorted(HOSTILE)), out,
                         RunConfig(concurrency=16, max_turns=3, progress=False))
     raw = (out / "trajectories.jsonl").read_bytes()
     lines = raw.decode("utf-8").splitlines()  # strict UTF-8: lone surrogates were replaced before writing
@@ -107,32 +113,34 @@ def test_every_hostile_reply_ends_as_its_expected_outcome_and_nothing_leaks(keye
                                       "endpoint_unavailable": 2}
 
 
-def test_a_truncated_body_is_retried_and_recorded_only_after_the_retries(keyed_endpoint, small_retriever, tmp_path):
+def test_a_truncated_body_is_retried_and_recorded_only_after_the_retries(keyed_endpoint, small_retriever, tmp_path,
+                                                                         transport):
     task = search_task(LocalSearch(small_retriever), top_k=2)
     rows = _rows(["truncated_json_once", "truncated_json"])
-    run_batch(_policy(keyed_endpoint, retries=3), task, rows, tmp_path / "r", RunConfig(progress=False))
+    run_batch(_policy(keyed_endpoint, transport, retries=3), task, rows, tmp_path / "r", RunConfig(progress=False))
     recs = {r["id"]: r for r in map(json.loads, (tmp_path / "r" / "trajectories.jsonl").read_text().splitlines())}
     assert recs["truncated_json_once"]["metrics"]["em"] == 1.0
     assert "after 4 attempts" in recs["truncated_json"]["error"]
 
 
-def test_resume_after_failed_items_reruns_only_them(keyed_endpoint, small_retriever, tmp_path):
+def test_resume_after_failed_items_reruns_only_them(keyed_endpoint, small_retriever, tmp_path, transport):
     task = search_task(LocalSearch(small_retriever), top_k=2)
     rows = _rows(["status_400", "content_parts", "lone_surrogate"])
-    run_batch(_policy(keyed_endpoint), task, rows, tmp_path / "r", RunConfig(progress=False))
-    again = run_batch(_policy(keyed_endpoint), task, rows, tmp_path / "r", RunConfig(progress=False), resume=True)
+    run_batch(_policy(keyed_endpoint, transport), task, rows, tmp_path / "r", RunConfig(progress=False))
+    again = run_batch(_policy(keyed_endpoint, transport), task, rows, tmp_path / "r", RunConfig(progress=False),
+                      resume=True)
     recs = [json.loads(line) for line in (tmp_path / "r" / "trajectories.jsonl").read_text().splitlines()]
     assert sorted(r["id"] for r in recs) == sorted(r["id"] for r in rows) and again["errors"] == 1
 
 
 def test_eval_exits_non_zero_when_every_item_failed_and_names_the_error_kinds(keyed_endpoint, small_index, tmp_path,
-                                                                             capsys, monkeypatch):
+                                                                             capsys, monkeypatch, transport):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     qa = tmp_path / "qa.jsonl"
     qa.write_text("".join(json.dumps(r) + "\n" for r in _rows(["status_400", "status_422"])))
     args = ["eval", "--qa", str(qa), "--index", str(small_index), "--policy", "endpoint", "--base-url",
-            keyed_endpoint, "--model", "scripted", "--name", "bad"]
+            keyed_endpoint, "--model", "scripted", "--name", "bad", "--endpoint-transport", transport]
     assert main(args) == 1
     assert "2 of 2 items failed: endpoint_rejected 2" in capsys.readouterr().err
     qa.write_text("".join(json.dumps(r) + "\n" for r in _rows(["status_400", "content_parts"])))
@@ -149,7 +157,8 @@ def test_a_second_writer_on_the_same_run_stops_at_once_naming_the_holder(keyed_e
         assert holder.stdout.readline().strip() == "locked"
         task = search_task(LocalSearch(small_retriever), top_k=2)
         with pytest.raises(DataError, match=rf"being written by another process \(pid {holder.pid}\)"):
-            run_batch(_policy(keyed_endpoint), task, _rows(["content_parts"]), out, RunConfig(progress=False))
+            run_batch(_policy(keyed_endpoint, "aiohttp"), task, _rows(["content_parts"]), out,
+                      RunConfig(progress=False))
         assert not (out / "trajectories.jsonl").exists()
     finally:
         holder.kill()

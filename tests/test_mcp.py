@@ -133,3 +133,36 @@ def test_remote_search_backend_shares_one_session_across_concurrent_episodes(mcp
     expected = [asyncio.run(SearchEnv(local, top_k=2).search(q)) for q in queries[:4]]
     assert sessions == 1
     assert remote == expected * 10 and after_close == expected[1]
+
+
+def test_http_server_answers_a_bare_json_rpc_post_without_a_session(mcp_url):
+    """Stateless JSON-response mode: a handshake-era client (protocol 2025-06-18) gets a tools/call answered in one
+    POST with one JSON body, without initialize or a session id; a 2026-07-28 request likewise."""
+    import json
+    import urllib.request
+
+    def post(body: dict, version: str) -> tuple[dict, dict]:
+        headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+                   "mcp-protocol-version": version}
+        if version == "2026-07-28":  # its routing headers repeat the method and tool name
+            headers.update({"mcp-method": body["method"], "mcp-name": body["params"]["name"]})
+        req = urllib.request.Request(mcp_url, data=json.dumps(body).encode(), method="POST", headers=headers)
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.headers["content-type"].startswith("application/json")
+            return json.loads(resp.read()), dict(resp.headers)
+
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "search", "arguments": {"query": "Ed Wood film", "top_k": 2}}}
+    reply, headers = post(call, "2025-06-18")
+    assert reply["id"] == 7 and not reply["result"]["isError"]
+    assert len(reply["result"]["structuredContent"]["result"]) == 2
+    assert "mcp-session-id" not in {k.lower() for k in headers}
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    modern = {**call, "params": {**call["params"], "_meta": meta}}
+    reply, _ = post(modern, "2026-07-28")
+    assert reply["result"]["structuredContent"] == post(call, "2025-06-18")[0]["result"]["structuredContent"]
+    bad = {**call, "params": {"name": "search", "arguments": {"query": "x" * 5000}}}
+    reply, _ = post(bad, "2025-06-18")
+    assert reply["result"]["isError"] and "query too long" in reply["result"]["content"][0]["text"]

@@ -393,6 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-tokens", type=int)
     g.add_argument("--extra-body", help="JSON passed through, e.g. '{\"chat_template_kwargs\": {...}}'")
     g.add_argument("--retries", type=int, help="retries per call on 429/5xx/timeouts")
+    g.add_argument("--endpoint-transport", choices=["aiohttp", "openai"],
+                   help="HTTP client for chat completions: aiohttp (default, least CPU) or the openai SDK's")
     g = c.add_argument_group("local policy")
     g.add_argument("--model-path", help="local model directory or hub id")
     g.add_argument("--adapter", help="LoRA adapter directory")

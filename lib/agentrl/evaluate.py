@@ -53,8 +53,8 @@ def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
     """Return the preset's ``[eval]`` config with flag-style overrides applied (None values are ignored).
 
     Keys: any EvalConfig field; endpoint ``base_url, model, api_key, temperature, top_p, max_tokens,
-    extra_body`` (JSON text or dict), ``retries``; local ``model_path, adapter``; batch ``concurrency,
-    max_turns, timeout``; judge ``judge_model, judge_base_url``. Unknown keys are ignored (CLI plumbing).
+    extra_body`` (JSON text or dict), ``retries``, ``endpoint_transport``; local ``model_path, adapter``; batch
+    ``concurrency, max_turns, timeout``; judge ``judge_model, judge_base_url``. Unknown keys are ignored (CLI plumbing).
     """
     import json
 
@@ -70,6 +70,8 @@ def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
     for key in ("base_url", "model", "api_key", "temperature", "top_p", "max_tokens"):
         if key in o:
             setattr(cfg.endpoint, key, o[key])
+    if "endpoint_transport" in o:
+        cfg.endpoint.transport = o["endpoint_transport"]
     if "extra_body" in o:
         body = o["extra_body"]
         try:

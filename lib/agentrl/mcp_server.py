@@ -82,6 +82,8 @@ def serve(index_dir: str, *, transport: str = "stdio", host: str = "127.0.0.1", 
     if transport == "stdio":
         server.run("stdio")
     elif transport in ("http", "streamable-http"):
-        server.run("streamable-http", host=host, port=port, json_response=True)
+        # stateless + JSON responses: every POST is answered on its own with one JSON body, no session to create,
+        # track or expire, for clients of the handshake protocols too (2026-07-28 clients are stateless anyway)
+        server.run("streamable-http", host=host, port=port, json_response=True, stateless_http=True)
     else:
         raise DataError(f"unknown transport '{transport}' (stdio, http)")

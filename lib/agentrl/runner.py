@@ -32,7 +32,7 @@ TRAJECTORIES = "trajectories.jsonl"
 # Policy settings that change how a run is carried out, not what it produces: left out of the fingerprint so a
 # resume may change them (a Colab tunnel URL changes every session; retries and timeouts get tuned mid-run).
 _NOT_IN_FINGERPRINT = {"base_url", "max_retries", "request_timeout", "backoff_base", "backoff_max", "timeout",
-                       "concurrency", "api_key"}
+                       "concurrency", "api_key", "transport"}
 
 
 @dataclass
@@ -162,8 +162,9 @@ async def _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fin
                     return
                 started = time.time()
                 try:
-                    traj = await asyncio.wait_for(run_episode(policy, task, row, max_turns=cfg.max_turns),
-                                                  cfg.item_timeout)
+                    # asyncio.timeout, not wait_for: wait_for wraps every episode in one more task
+                    async with asyncio.timeout(cfg.item_timeout):
+                        traj = await run_episode(policy, task, row, max_turns=cfg.max_turns)
                     if annotate is not None:
                         await annotate(traj)
                 except FatalEndpointError as exc:  # a wrong key or model (policy or judge): stop the run

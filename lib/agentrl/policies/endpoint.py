@@ -4,6 +4,12 @@ Base URL, key and model come from arguments, then ``OPENAI_BASE_URL`` / ``OPENAI
 file in the working directory. Retries are ours (the client's are off): 429, 5xx, timeouts and connection
 errors back off exponentially with full jitter (honouring ``Retry-After``), up to ``max_retries``; other
 errors fail the call at once. The key is kept out of ``describe()``, so it never reaches a manifest.
+
+Two transports send the same request and hand the same bytes to the same parsing and retry code:
+``aiohttp`` (default) posts the JSON body on one aiohttp session per event loop; ``openai`` goes through
+``AsyncOpenAI.post()``. Both raise the openai SDK's exception types, so retries, fatal errors and error kinds
+do not depend on the transport. The SDK's request building (URL parsing, header merging, option models)
+cost ~1 ms of CPU per call, which held the harness benchmark to ~55 % of a bare client (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -36,6 +42,10 @@ class EndpointConfig:
     max_retries: int = 5
     backoff_base: float = 0.5
     backoff_max: float = 30.0
+    transport: str = "aiohttp"  # "aiohttp" (a thin chat-completions client) or "openai" (the SDK's client)
+
+
+TRANSPORTS = ("aiohttp", "openai")
 
 
 class FatalEndpointError(RuntimeError):
@@ -104,22 +114,19 @@ class EndpointPolicy:
 
     def __init__(self, cfg: EndpointConfig):
         self.cfg = cfg
+        if cfg.transport not in TRANSPORTS:
+            raise DataError(f"unknown endpoint transport '{cfg.transport}' ({', '.join(TRANSPORTS)})")
         self.base_url, self._api_key, self.model = resolve_settings(cfg)
-        self._clients: dict[int, object] = {}
+        self._transports: dict[int, AiohttpTransport | OpenAITransport] = {}
 
-    def _client(self):
-        """The AsyncOpenAI client of the running event loop (an HTTP connection pool belongs to one loop)."""
-        from openai import AsyncOpenAI, DefaultAioHttpClient
-
+    def _transport(self):
+        """The transport of the running event loop (an HTTP connection pool belongs to one loop)."""
         loop = asyncio.get_running_loop()
-        client = self._clients.get(id(loop))
-        if client is None:
-            # aiohttp transport: httpx's pool scans every connection per request, which dominated CPU at 128
-            # concurrent requests in the harness benchmark
-            client = self._clients[id(loop)] = AsyncOpenAI(
-                base_url=self.base_url, api_key=self._api_key, max_retries=0, timeout=self.cfg.request_timeout,
-                http_client=DefaultAioHttpClient(timeout=self.cfg.request_timeout))
-        return client
+        transport = self._transports.get(id(loop))
+        if transport is None:
+            cls = AiohttpTransport if self.cfg.transport == "aiohttp" else OpenAITransport
+            transport = self._transports[id(loop)] = cls(self.base_url, self._api_key, self.cfg.request_timeout)
+        return transport
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -130,11 +137,10 @@ class EndpointPolicy:
         """Return the policy settings for a manifest (no key)."""
         return {"kind": self.kind, "base_url": self.base_url, "model": self.model, "temperature": self.cfg.temperature,
                 "top_p": self.cfg.top_p, "max_tokens": self.cfg.max_tokens, "extra_body": self.cfg.extra_body,
-                "max_retries": self.cfg.max_retries}
+                "max_retries": self.cfg.max_retries, "transport": self.cfg.transport}
 
     async def generate(self, messages: list[dict], tools: list[dict], row: dict | None = None) -> Turn:
         """Return the next assistant turn, retrying transient errors; raise after the last retry."""
-        import httpx2
         import openai
 
         request = {"model": self.model, "messages": [_wire_message(m) for m in messages],
@@ -145,16 +151,12 @@ class EndpointPolicy:
             if getattr(self.cfg, key) is not None:
                 request[key] = getattr(self.cfg, key)
         request.update(self.cfg.extra_body)
-        client = self._client()
+        transport = self._transport()
         attempt = 0
         while True:
             start = time.perf_counter()
             try:
-                # client.post with a plain JSON body and the raw response: chat.completions.create() walks every
-                # message through the SDK's typed-dict transform and builds pydantic models for the reply,
-                # ~3 ms of CPU per call that capped the harness benchmark. Errors are still the SDK's.
-                resp = await client.post("/chat/completions", body=request, cast_to=httpx2.Response)
-                body = json.loads(resp.content)
+                body = json.loads(await transport.post(request))
             except (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
                     openai.APIConnectionError, ValueError) as exc:
                 # ValueError: a truncated or invalid JSON body (JSONDecodeError, bad UTF-8) is a transient
@@ -173,10 +175,116 @@ class EndpointPolicy:
             return _turn_from_json(body, time.perf_counter() - start)
 
     async def aclose(self) -> None:
-        """Close the HTTP client of the running event loop."""
-        client = self._clients.pop(id(asyncio.get_running_loop()), None)
-        if client is not None:
-            await client.close()
+        """Close the transport of the running event loop."""
+        transport = self._transports.pop(id(asyncio.get_running_loop()), None)
+        if transport is not None:
+            await transport.aclose()
+
+
+class OpenAITransport:
+    """``POST /chat/completions`` through the openai SDK (``AsyncOpenAI.post`` on its aiohttp client)."""
+
+    def __init__(self, base_url: str, api_key: str, timeout: float):
+        from openai import AsyncOpenAI, DefaultAioHttpClient
+
+        # post() with a plain JSON body and the raw response: chat.completions.create() walks every message
+        # through the SDK's typed-dict transform and builds pydantic models for the reply (~3 ms per call);
+        # the aiohttp client because httpx's pool scans every connection per request
+        self.client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout,
+                                  http_client=DefaultAioHttpClient(timeout=timeout))
+
+    async def post(self, request: dict) -> bytes:
+        """Return the body of a 2xx reply to ``request``; raise the SDK's error for any other outcome."""
+        import httpx2
+
+        resp = await self.client.post("/chat/completions", body=request, cast_to=httpx2.Response)
+        return resp.content
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connection pool."""
+        await self.client.close()
+
+
+class AiohttpTransport:
+    """``POST /chat/completions`` as one aiohttp request: a JSON body and a bearer key, nothing else.
+
+    Non-2xx statuses, timeouts and connection failures raise the openai SDK's exception types (built from the
+    reply as the SDK builds them, see :func:`status_error`), so the policy's retry and fatal-error handling and
+    the runner's error kinds are the same for both transports.
+    """
+
+    def __init__(self, base_url: str, api_key: str, timeout: float):
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json",
+                        "Accept": "application/json"}
+        self.timeout = timeout
+        self._session = None
+
+    def _open(self):
+        import aiohttp
+
+        # limit=0: the runner's concurrency is the bound; aiohttp's default 100 would queue requests 101+
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=self.timeout))
+        return self._session
+
+    async def post(self, request: dict) -> bytes:
+        """Return the body of a 2xx reply to ``request``; raise the SDK's error for any other outcome."""
+        import aiohttp
+        import openai
+
+        session = self._session or self._open()
+        try:
+            # ensure_ascii (the default) escapes lone surrogates a model may have produced; UTF-8 cannot hold them
+            async with session.post(self.url, data=json.dumps(request).encode(), headers=self.headers) as resp:
+                body = await resp.read()
+                status, headers = resp.status, resp.headers
+        except TimeoutError:
+            raise openai.APITimeoutError(request=_sdk_request(self.url)) from None
+        except aiohttp.ClientError as exc:
+            raise openai.APIConnectionError(message=f"Connection error: {type(exc).__name__}: {exc}",
+                                            request=_sdk_request(self.url)) from None
+        if 200 <= status < 300:
+            return body
+        raise status_error(status, headers, body, self.url)
+
+    async def aclose(self) -> None:
+        """Close the session and its connection pool."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _sdk_request(url: str):
+    import httpx2
+
+    return httpx2.Request("POST", url)
+
+
+def status_error(status: int, headers, body: bytes, url: str) -> Exception:
+    """Return the openai SDK exception the SDK raises for an HTTP ``status`` reply with ``body`` (the class per
+    status, "Error code: N - message" as the text, the parsed error as ``body``, headers kept for Retry-After)."""
+    import httpx2
+    import openai
+
+    response = httpx2.Response(status, headers=list(headers.items()), content=body, request=_sdk_request(url))
+    message = f"Error code: {status}"
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = text
+    else:
+        error = data.get("error", data) if isinstance(data, dict) else None
+        detail = error.get("message") if isinstance(error, dict) else None
+        if isinstance(detail, str) and detail:
+            message += f" - {detail}"
+        data = error if isinstance(data, dict) else data
+    by_status = {400: openai.BadRequestError, 401: openai.AuthenticationError, 403: openai.PermissionDeniedError,
+                 404: openai.NotFoundError, 409: openai.ConflictError, 422: openai.UnprocessableEntityError,
+                 429: openai.RateLimitError}
+    cls = by_status.get(status) or (openai.InternalServerError if status >= 500 else openai.APIStatusError)
+    return cls(message, response=response, body=data)
 
 
 def _retry_after(exc) -> float | None:
