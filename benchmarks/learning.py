@@ -3,6 +3,7 @@
     uv run agentrl models prepare smollm2
     uv run python benchmarks/learning.py                 # ~40 min on a 2-core machine -> runs/learning/
     uv run python benchmarks/learning.py --smoke         # toy sizes, a few minutes -> runs/learning_smoke/
+    uv run python benchmarks/learning.py --envs textgame,math   # base -> SFT per env, ~35 min -> runs/learning_envs/
 
 Phases: the corpus and index (reused when present); oracle demonstrations on HotpotQA questions 0..149 and on
 synthetic SQL tasks; curation + export; one LoRA SFT on both environments; GRPO from the SFT adapter per
@@ -14,6 +15,14 @@ Printed and written to ``runs/learning/``: ``learning.json``, ``learning.md`` an
 per environment and model, F1 / EM (SQL: em and exec), the share of episodes with a well-formed tool call, mean
 tool calls, the share that gave an answer; per phase the wall time and, for training, trained tokens/s; the
 SFT loss curve and GRPO's reward per step, with the issue's targets marked met or missed.
+
+``--envs textgame,math`` runs base -> SFT for the text game and math instead (sizes: ``[demo_envs]``). Oracle
+demonstrations on train-fold twc games (gold paths) and on GSM8K training problems (the reference solution's
+calculations through the calculator); one LoRA SFT per environment (a text-game demonstration is ~2.5x as long
+as a math one, so a shared run would pad most math rows to text-game length); held out: dev-fold twc games and
+the math env's fixed evaluation slice (GSM8K's last 200 training problems). Writes ``learning_envs.json`` and
+``learning_envs.md`` to ``runs/learning_envs/``: text game success / score / invalid actions, math accuracy /
+answered share, the well-formed call share, and the SFT wall time and trained tokens/s.
 """
 
 from __future__ import annotations
@@ -42,24 +51,30 @@ def token_counter():
 
 
 def scores(metrics: dict) -> dict:
-    """Return the table row of one evaluation's metrics."""
+    """Return the table row of one evaluation's metrics: answer scores (each env's own means, e.g. SQL exec,
+    text-game success / score / invalid actions, math correct), tool-call shape and answered share."""
     o, t, n = metrics["overall"], metrics["tools"], max(1, metrics["n"])
     row = {"n": metrics["n"], "f1": o.get("f1"), "em": o.get("em"),
            "wellformed_call_share": t["episodes_with_wellformed_call"], "mean_calls": t["mean_calls"],
            "answered_share": round(metrics["finish"].get("answer", 0) / n, 4)}
-    if "exec" in o:
-        row["exec"] = o["exec"]
+    for key in ("exec", "success", "score", "invalid_actions", "steps", "correct", "calculator_calls"):
+        if key in o:
+            row[key] = o[key]
+    row["wellformed_of_calls"] = t["wellformed_call_share"]
     return row
 
 
 def evaluate(preset: dict, env: str, rows: list[dict], adapter: str | None, name: str, out: Path,
-             max_new_tokens: int) -> dict:
-    """Run the batched local policy (base model + ``adapter``) on ``rows``; return the table row."""
+             max_new_tokens: int, max_turns: int | None = None, batch: int | None = None) -> dict:
+    """Run the batched local policy (base model + ``adapter``) on ``rows``; return the table row (with the
+    evaluation's wall time). ``batch`` sets both the concurrent episodes and the prompts per generate call."""
     from agentrl.evaluate import eval_config, run_eval
 
     extra = {"qa": "data/samples/dbbench_dev.jsonl"} if env == "sql" else {}
-    cfg = eval_config(preset, name=name, env=env, policy="local", adapter=adapter, **extra)
+    cfg = eval_config(preset, name=name, env=env, policy="local", adapter=adapter, max_turns=max_turns, **extra)
     cfg.local.max_new_tokens = max_new_tokens
+    if batch:
+        cfg.run.concurrency = cfg.local.max_batch = batch
     t = time.perf_counter()
     m = run_eval(cfg, preset, rows=rows, overwrite=True, out_dir=out / "eval" / name)
     return {**scores(m), "seconds": round(time.perf_counter() - t, 1)}
@@ -77,29 +92,68 @@ def heldout(preset: dict, n_search: int, n_sql: int) -> dict[str, list[dict]]:
     return {"search": search, "sql": sql}
 
 
-def demonstrations(preset: dict, runs: Path, n_sql: int | None) -> dict:
-    """Oracle demonstrations (search questions 0..train_questions-1, synthetic SQL tasks), curated + exported."""
-    from agentrl.curate import curate, data_config
+def oracle(preset: dict, runs: Path, name: str, rows: list[dict] | None = None, **overrides) -> dict:
+    """Run the oracle policy (``[eval]`` with ``overrides``, on ``rows`` when given) into ``runs/eval/<name>``;
+    return its metrics."""
     from agentrl.evaluate import eval_config, run_eval
+
+    return run_eval(eval_config(preset, name=name, policy="oracle", **overrides), preset, runs=runs, rows=rows,
+                    overwrite=True)
+
+
+def curate_export(preset: dict, runs: Path, names: list[str], **overrides) -> tuple[Path, dict]:
+    """Curate the oracle runs ``names`` with ``[data]`` (plus ``overrides``) and export them; return the data
+    directory and the curation report."""
+    from agentrl.curate import curate, data_config
     from agentrl.export import FORMATS, export
 
+    cfg = data_config(preset, **overrides)
+    data = runs / "data" / cfg.name
+    report = curate([runs / "eval" / n for n in names], cfg, data)
+    export(data, FORMATS)
+    return data, report
+
+
+def demonstrations(preset: dict, runs: Path, n_sql: int | None) -> dict:
+    """Oracle demonstrations (search questions 0..train_questions-1, synthetic SQL tasks), curated + exported;
+    return the oracles' scores and the rows written."""
     n_train = preset["demo"]["train_questions"]
-    search = run_eval(eval_config(preset, name="smol_search_oracle", policy="oracle", offset=0, limit=n_train),
-                      preset, runs=runs, overwrite=True)
-    sql = run_eval(eval_config(preset, name="smol_sql_oracle", env="sql", policy="oracle", qa="synthetic",
-                               limit=n_sql), preset, runs=runs, overwrite=True)
-    cfg = data_config(preset)
-    report = curate([runs / "eval" / "smol_search_oracle", runs / "eval" / "smol_sql_oracle"], cfg,
-                    runs / "data" / cfg.name)
-    export(runs / "data" / cfg.name, FORMATS)
+    search = oracle(preset, runs, "smol_search_oracle", offset=0, limit=n_train)
+    sql = oracle(preset, runs, "smol_sql_oracle", env="sql", qa="synthetic", limit=n_sql)
+    _, report = curate_export(preset, runs, ["smol_search_oracle", "smol_sql_oracle"])
     return {"search_oracle_f1": search["overall"]["f1"], "sql_oracle_em": sql["overall"]["em"],
             "written": report["written"]}
 
 
-def run_sft_phase(preset: dict, runs: Path, smoke: bool) -> dict:
+def env_rows(sizes: dict, smoke: bool) -> dict[str, dict[str, list[dict]]]:
+    """Return ``{"textgame" | "math": {"train": rows, "heldout": rows}}``, the two sides never overlapping.
+
+    Text game: train-fold twc seeds 0.. and dev-fold seeds 0.. (the game generator keeps folds disjoint).
+    Math: held out, the first problems of the env's fixed evaluation slice (GSM8K's last 200 training
+    problems); train, ``sizes["math_train"]`` without any problem of that slice (by normalised question)."""
+    from agentrl.curate import question_key
+    from agentrl.envs.math import load_gsm8k
+    from agentrl.envs.textgame import textgame_tasks
+
+    n = {"tg_train": 6, "tg_held": 2, "math_train": 12, "math_held": 3} if smoke else {
+        "tg_train": sizes["textgame_train_games"], "tg_held": sizes["textgame_heldout_games"],
+        "math_train": sizes["math_train_problems"], "math_held": sizes["math_heldout_problems"]}
+    fixed = load_gsm8k("data/samples/gsm8k_heldout_200.jsonl")
+    held = {question_key(r["question"]) for r in fixed}
+    train = [r for r in load_gsm8k(sizes["math_train"]) if question_key(r["question"]) not in held]
+    if len(train) < n["math_train"]:
+        print(f"[learning] {sizes['math_train']}: {len(train)} training problems (< {n['math_train']})")
+    return {"textgame": {"train": textgame_tasks("train", n["tg_train"]),
+                         "heldout": textgame_tasks("dev", n["tg_held"])},
+            "math": {"train": train[:n["math_train"]], "heldout": fixed[:n["math_held"]]}}
+
+
+def run_sft_phase(preset: dict, runs: Path, smoke: bool, data: str | None = None, **overrides) -> dict:
+    """Run LoRA SFT (``[sft]`` with ``overrides``, e.g. name, max_steps, max_length) on the curated ``data``
+    (default ``[data]``'s); return the adapter path, loss curve, wall and train seconds, trained tokens/s."""
     from agentrl.train.sft import run_sft, sft_config
 
-    cfg = sft_config(preset, data=str(runs / "data" / preset["data"]["name"]))
+    cfg = sft_config(preset, data=data or str(runs / "data" / preset["data"]["name"]), **overrides)
     if smoke:
         cfg.max_steps, cfg.logging_steps = 2, 1
     tokens = token_counter()
@@ -167,6 +221,27 @@ def targets(table: dict, grpo: dict) -> list[dict]:
     return rows
 
 
+def phase_lines(phases: dict) -> list[str]:
+    """Return the markdown lines of the phase table: wall time, steps, trained tokens and tokens/s."""
+    lines = ["", "| phase | wall s | steps | trained tokens | trained tokens/s (GRPO: rollouts included) |",
+             "|---|---|---|---|---|"]
+    for name, p in phases.items():
+        lines.append(f"| {name} | {p['seconds']} | {p.get('steps', '-')} | {int(p.get('trained_tokens', 0)) or '-'} "
+                     f"| {p.get('tokens_per_s', '-')} |")
+    return lines
+
+
+def loss_line(label: str, sft: dict) -> str:
+    """Return one line with an SFT phase's logged loss per step ("" when none was logged)."""
+    return f"{label} loss: " + ", ".join(f"{x['step']}: {x['loss']:.3f}" for x in sft["loss"]) if sft["loss"] else ""
+
+
+def target_lines(rows: list[dict]) -> list[str]:
+    """Return the markdown lines of the targets table."""
+    return ["", "| target | measured | threshold | met |", "|---|---|---|---|"] + [
+        f"| {t['target']} | {t['measured']} | {t['threshold']} | {'yes' if t['met'] else 'no'} |" for t in rows]
+
+
 def markdown(result: dict) -> str:
     """Return the learning table, the phase timings and the targets as markdown."""
     lines = [f"Command: `{result['command']}` ({result['total_minutes']} min)", "",
@@ -178,20 +253,48 @@ def markdown(result: dict) -> str:
             lines.append(f"| {env} | {name} | {r['n']} | {r['f1']:.3f} | {r['em']:.3f} | {ex} | "
                          f"{r['wellformed_call_share']:.2f} | {r['mean_calls']:.2f} | {r['answered_share']:.2f} | "
                          f"{r['seconds']} |")
-    lines += ["", "| phase | wall s | steps | trained tokens | trained tokens/s (GRPO: rollouts included) |",
-              "|---|---|---|---|---|"]
-    for name, p in result["phases"].items():
-        lines.append(f"| {name} | {p['seconds']} | {p.get('steps', '-')} | {int(p.get('trained_tokens', 0)) or '-'} "
-                     f"| {p.get('tokens_per_s', '-')} |")
-    sft = result["phases"]["sft"]
-    if sft["loss"]:
-        lines += ["", "SFT loss: " + ", ".join(f"{x['step']}: {x['loss']:.3f}" for x in sft["loss"])]
+    lines += phase_lines(result["phases"])
+    lines += ["", loss_line("SFT", result["phases"]["sft"])]
     for env in ("search", "sql"):
         g = result["phases"][f"grpo_{env}"]
         lines.append(f"GRPO {env} reward per step: " + ", ".join(f"{h['reward']:.3f}" for h in g["history"]))
-    lines += ["", "| target | measured | threshold | met |", "|---|---|---|---|"]
-    lines += [f"| {t['target']} | {t['measured']} | {t['threshold']} | {'yes' if t['met'] else 'no'} |"
-              for t in result["targets"]]
+    lines += target_lines(result["targets"])
+    return "\n".join(lines) + "\n"
+
+
+def env_targets(table: dict) -> list[dict]:
+    """Return the text game's and math's checks (SFT well-formed call share >= 0.9, SFT above base on the
+    env's headline metric) with the measured values and met / missed."""
+    rows = []
+    for env, key in (("textgame", "success"), ("math", "correct")):
+        base, sft = table[env]["base"], table[env]["sft"]
+        for name, v, th, met in (
+                (f"SFT well-formed tool-call share >= 0.9 ({env})", sft["wellformed_call_share"], 0.9, None),
+                (f"SFT {key} > base ({env})", sft[key], base[key], sft[key] > base[key]),
+                (f"SFT answered share >= 0.9 ({env})", sft["answered_share"], 0.9, None)):
+            rows.append({"target": name, "measured": round(v, 4), "threshold": round(th, 4),
+                         "met": v >= th if met is None else met})
+    return rows
+
+
+def env_markdown(result: dict) -> str:
+    """Return the text game's and math's base -> SFT table, the phase timings and the checks as markdown."""
+    def f(r, key, fmt):
+        return format(r[key], fmt) if key in r else "-"
+
+    lines = [f"Command: `{result['command']}` ({result['total_minutes']} min)", "",
+             "| env | model | n | success / correct | score | answered share | well-formed call share "
+             "| calls well-formed | mean calls | invalid actions | eval s |", "|---" * 11 + "|"]
+    for env, models in result["table"].items():
+        for name, r in models.items():
+            headline = r.get("success", r.get("correct"))
+            lines.append(f"| {env} | {name} | {r['n']} | {headline:.3f} | {f(r, 'score', '.3f')} | "
+                         f"{r['answered_share']:.2f} | {r['wellformed_call_share']:.2f} | "
+                         f"{r['wellformed_of_calls']:.2f} | {r['mean_calls']:.2f} | {f(r, 'invalid_actions', '.2f')} | "
+                         f"{r['seconds']} |")
+    lines += phase_lines(result["phases"])
+    lines += [""] + [loss_line(f"SFT {env}", result["phases"][f"sft_{env}"]) for env in result["table"]]
+    lines += target_lines(result["targets"])
     return "\n".join(lines) + "\n"
 
 
@@ -212,40 +315,28 @@ def chart(result: dict):
             .properties(title="SmolLM2-135M held-out: base -> SFT -> GRPO", width=110, height=140))
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="cpu_smol")
-    p.add_argument("--smoke", action="store_true", help="toy sizes, to check the script end to end")
-    p.add_argument("--out", help="default runs/learning (runs/learning_smoke with --smoke)")
-    args = p.parse_args(argv)
-    os.chdir(ROOT)
-    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        os.environ.setdefault(key, "1")
-    os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")
-    from agentrl.config import load_preset
-    from agentrl.io import write_json, write_text_atomic
-    from agentrl.pipeline import corpus_and_index
-    from agentrl.smol import ensure_model
+class Phases(dict):
+    """Per-phase results with wall times; calling it runs one phase, records and prints it."""
 
-    preset = load_preset(args.config)
-    out = Path(args.out or ("runs/learning_smoke" if args.smoke else "runs/learning"))
+    def __call__(self, phase, fn, *a, **kw):
+        """Run ``fn(*a, **kw)`` as ``phase``; record its result dict with ``seconds`` and return the result."""
+        t = time.perf_counter()
+        res = fn(*a, **kw)
+        self[phase] = {**(res if isinstance(res, dict) else {}), "seconds": round(time.perf_counter() - t, 1)}
+        print(f"[learning] {phase}: {self[phase]['seconds']} s", flush=True)
+        return res
+
+
+def search_sql(args, preset: dict, out: Path, timed: Phases) -> dict:
+    """Run base -> SFT -> GRPO for search and SQL; return the result's table, held-out ids and targets."""
+    from agentrl.pipeline import corpus_and_index
+
     runs = out / "runs"  # every phase's run directories, apart from other presets'
     n_search, n_sql = (4, 3) if args.smoke else (preset["demo"]["heldout_questions"],
                                                  preset["demo"]["sql_heldout_tasks"])
     new_tokens = preset["eval"]["local"]["max_new_tokens"]
     if args.smoke:
         preset["demo"]["train_questions"] = 20
-    start = time.perf_counter()
-    phases: dict = {}
-
-    def timed(name, fn, *a):
-        t = time.perf_counter()
-        res = fn(*a)
-        phases[name] = {**(res if isinstance(res, dict) else {}), "seconds": round(time.perf_counter() - t, 1)}
-        print(f"[learning] {name}: {phases[name]['seconds']} s", flush=True)
-        return res
-
-    timed("prepare model", lambda: {"model": ensure_model(preset["sft"]["model"]["name"])})
     timed("corpus + index", lambda: {"index": str(corpus_and_index(preset, progress=False).index_dir)})
     held = heldout(preset, n_search, n_sql)
     timed("oracle demos + curation", demonstrations, preset, runs, 14 if args.smoke else None)
@@ -263,15 +354,89 @@ def main(argv: list[str] | None = None) -> int:
     grpo = {env: timed(f"grpo_{env}", run_grpo_phase, preset, env, sft["adapter"], runs, args.smoke)
             for env in ("search", "sql")}
     timed("eval grpo", eval_all, "grpo", {env: grpo[env]["adapter"] for env in grpo})
-    cmd = "uv run python benchmarks/learning.py" + (" --smoke" if args.smoke else "") + \
-        (f" --config {args.config}" if args.config != "cpu_smol" else "")
-    result = {"command": cmd, "config": args.config, "heldout": {k: [r["id"] for r in v] for k, v in held.items()},
-              "table": table, "phases": phases, "total_minutes": round((time.perf_counter() - start) / 60, 1)}
-    result["targets"] = targets(table, {"search": phases["grpo_search"], "sql": phases["grpo_sql"]})
-    write_json(out / "learning.json", result)
-    md = markdown(result)
-    write_text_atomic(out / "learning.md", md)
-    chart(result).save(str(out / "learning.html"))
+    return {"heldout": {k: [r["id"] for r in v] for k, v in held.items()}, "table": table,
+            "targets": targets(table, {"search": timed["grpo_search"], "sql": timed["grpo_sql"]})}
+
+
+def other_envs(args, preset: dict, out: Path, timed: Phases) -> dict:
+    """Run base -> SFT (one LoRA SFT per environment) for the text game and math on held-out items; return the
+    result's table, held-out ids and checks."""
+    sizes = dict(preset["demo_envs"])
+    if args.math_train:
+        sizes["math_train"] = args.math_train
+    runs = out / "runs"
+    envs = [e.strip() for e in args.envs.split(",") if e.strip()]
+    if sorted(envs) != ["math", "textgame"]:
+        raise SystemExit(f"--envs: textgame,math is what this part runs (got {args.envs!r})")
+    rows = {}
+    timed("tasks", lambda: rows.update(env_rows(sizes, args.smoke)))
+    sft_steps = {"textgame": sizes["textgame_sft_steps"], "math": sizes["math_sft_steps"]}
+    run = {"textgame": {"max_turns": sizes["textgame_max_turns"], "batch": sizes["textgame_batch"],
+                        "max_new_tokens": sizes["textgame_max_new_tokens"]},
+           "math": {"max_turns": None, "batch": None, "max_new_tokens": sizes["math_max_new_tokens"]}}
+    table: dict = {env: {} for env in envs}
+    data = {}
+
+    def demos(env):
+        m = oracle(preset, runs, f"smol_{env}_oracle", rows[env]["train"], env=env)
+        data[env], report = curate_export(preset, runs, [f"smol_{env}_oracle"], name=f"smol_sft_{env}",
+                                          balance_by=[])  # tool-call counts are the task's, not a skew
+        return {"oracle_success": m["overall"]["em"], "written": report["written"]}
+
+    def eval_env(env, label, adapter):
+        r = run[env]
+        table[env][label] = evaluate(preset, env, rows[env]["heldout"], adapter, f"{env}_{label}", out,
+                                     r["max_new_tokens"], r["max_turns"], r["batch"])
+        print(f"[learning] {env} {label}: {table[env][label]}", flush=True)
+        return {}
+
+    for env in envs:
+        timed(f"oracle demos + curation {env}", demos, env)
+    for env in envs:
+        timed(f"eval base {env}", eval_env, env, "base", None)
+    for env in envs:
+        sft = timed(f"sft_{env}", run_sft_phase, preset, runs, args.smoke, str(data[env]), name=f"smol_sft_{env}",
+                    max_steps=sft_steps[env], max_length=sizes["sft_max_length"])
+        timed(f"eval sft {env}", eval_env, env, "sft", sft["adapter"])
+    return {"heldout": {env: {"source": "twc dev fold" if env == "textgame" else
+                              "data/samples/gsm8k_heldout_200.jsonl",
+                              "ids": [r["id"] for r in rows[env]["heldout"]]} for env in envs},
+            "train": {env: [r["id"] for r in rows[env]["train"]] for env in envs},
+            "sizes": sizes, "table": table, "targets": env_targets(table)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the learning table (search and SQL, or with ``--envs`` the text game and math); return 0."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="cpu_smol")
+    p.add_argument("--smoke", action="store_true", help="toy sizes, to check the script end to end")
+    p.add_argument("--envs", help="textgame,math: base -> SFT for these environments instead of search and SQL")
+    p.add_argument("--math-train", help="GSM8K-layout file of math demonstrations (default [demo_envs].math_train)")
+    p.add_argument("--out", help="default runs/learning or runs/learning_envs (+ _smoke with --smoke)")
+    args = p.parse_args(argv)
+    os.chdir(ROOT)
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ.setdefault(key, "1")
+    os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")
+    from agentrl.config import load_preset
+    from agentrl.io import write_json, write_text_atomic
+    from agentrl.smol import ensure_model
+
+    preset = load_preset(args.config)
+    stem = "learning_envs" if args.envs else "learning"
+    out = Path(args.out or (f"runs/{stem}_smoke" if args.smoke else f"runs/{stem}"))
+    start = time.perf_counter()
+    timed = Phases()
+    timed("prepare model", lambda: {"model": ensure_model(preset["sft"]["model"]["name"])})
+    part = other_envs(args, preset, out, timed) if args.envs else search_sql(args, preset, out, timed)
+    cmd = " ".join(["uv run python benchmarks/learning.py", *(argv if argv is not None else sys.argv[1:])])
+    result = {"command": cmd, "config": args.config, **part, "phases": dict(timed),
+              "total_minutes": round((time.perf_counter() - start) / 60, 1)}
+    write_json(out / f"{stem}.json", result)
+    md = env_markdown(result) if args.envs else markdown(result)
+    write_text_atomic(out / f"{stem}.md", md)
+    if not args.envs:
+        chart(result).save(str(out / "learning.html"))
     print(md)
     return 0
 
