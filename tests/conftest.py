@@ -21,12 +21,13 @@ DBBENCH = ROOT / "data" / "samples" / "dbbench_dev.jsonl"
 
 
 def running(names: set[str]) -> list[str]:
-    """Return the names among ``names`` of functions some thread is executing right now (cancellation tests)."""
+    """Return the qualified names among ``names`` (``MariaDBEnv._run``, ``run_statement``) of functions some thread
+    is executing right now (cancellation tests; qualified, so an idle worker's ``_run`` elsewhere is not counted)."""
     found = []
     for frame in sys._current_frames().values():
         while frame is not None:
-            if frame.f_code.co_name in names:
-                found.append(frame.f_code.co_name)
+            if frame.f_code.co_qualname in names:
+                found.append(frame.f_code.co_qualname)
             frame = frame.f_back
     return found
 

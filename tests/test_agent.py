@@ -441,3 +441,29 @@ def test_local_batcher_skips_a_cancelled_request_and_keeps_serving():
     assert first.result(5) == 2
     assert waiting.result(5) == 8  # its batch-mate's cancellation did not lose its result
     assert batcher.submit(3).result(5) == 6
+
+
+def test_an_idle_batcher_lets_go_of_its_worker_and_the_policy_then_serves_again():
+    # the worker thread holds the policy's model: a worker that outlived its evaluation kept every model in memory
+    import gc
+    import weakref
+
+    from agentrl.policies.local import _Batcher
+
+    class Model:
+        def __call__(self, requests):
+            return [r + 1 for r in requests]
+
+    model = Model()
+    alive = weakref.ref(model)
+    batcher = _Batcher(model, max_batch=4, wait_s=0.0)
+    batcher.idle_s = 0.05
+    assert batcher.submit(1).result(5) == 2
+    worker = batcher._thread
+    worker.join(5)
+    assert not worker.is_alive() and batcher._thread is None
+    assert batcher.submit(2).result(5) == 3  # a new worker starts for the next request
+    batcher._thread.join(5)
+    del batcher, model
+    gc.collect()
+    assert alive() is None

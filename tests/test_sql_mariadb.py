@@ -284,7 +284,7 @@ def test_an_item_timeout_stops_the_statement_on_the_server(server, tasks, tmp_pa
     run_batch(OraclePolicy(plan), task, [tasks[40]], tmp_path, RunConfig(progress=False, item_timeout=0.5))
     (rec,) = map(json.loads, (tmp_path / "trajectories.jsonl").open())
     assert rec["error"].startswith("timeout") and time.monotonic() - start < 5
-    assert running({"_fetch", "_run"}) == []
+    assert running({"MariaDBEnv._fetch", "MariaDBEnv._run"}) == []
     sleeping = server.admin(["SELECT id FROM information_schema.processlist WHERE info LIKE 'SELECT SLEEP%'"])
     assert sleeping == [] and server.databases() == [] and _ep_users(server) == []
 

@@ -116,6 +116,7 @@ class _Batcher:
         self.queue: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self.idle_s = 5.0
 
     def submit(self, request) -> Future:
         """Queue ``request``; return a Future of its result."""
@@ -128,7 +129,10 @@ class _Batcher:
         return fut
 
     def _take(self) -> list:
-        items = [self.queue.get()]
+        try:
+            items = [self.queue.get(timeout=self.idle_s)]
+        except queue.Empty:
+            return []
         deadline = time.monotonic() + self.wait_s
         while len(items) < self.max_batch:
             try:
@@ -139,8 +143,17 @@ class _Batcher:
 
     def _run(self) -> None:
         while True:
+            taken = self._take()
+            if not taken:
+                # idle: end the thread, which holds the policy and so its model (a worker per finished
+                # evaluation kept every model of a notebook or benchmark in memory); submit() starts a new one
+                with self._start_lock:
+                    if self.queue.empty():
+                        self._thread = None
+                        return
+                continue
             # an episode that timed out cancelled its future: drop it (a cancelled future cannot take a result)
-            items = [(req, fut) for req, fut in self._take() if fut.set_running_or_notify_cancel()]
+            items = [(req, fut) for req, fut in taken if fut.set_running_or_notify_cancel()]
             if not items:
                 continue
             try:
