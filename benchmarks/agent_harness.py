@@ -27,20 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from _util import cpu_seconds, free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 LATENCY = 0.05
 CALLS_PER_QUESTION = 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run(concurrency: int, n: int, url: str, server_pid: int, retriever, method: str,
@@ -56,9 +49,9 @@ def run(concurrency: int, n: int, url: str, server_pid: int, retriever, method: 
     task = search_task(LocalSearch(retriever, method), top_k=3, max_searches=2)
     policy = EndpointPolicy(EndpointConfig(base_url=url, model="scripted", api_key="EMPTY", transport=transport))
     out = Path(tempfile.mkdtemp(prefix="harness-"))
-    s0, c0, t0 = _cpu_seconds(server_pid), time.process_time(), time.perf_counter()
+    s0, c0, t0 = cpu_seconds(server_pid), time.process_time(), time.perf_counter()
     metrics = run_batch(policy, task, rows, out, RunConfig(concurrency=concurrency, progress=False), overwrite=True)
-    wall, client_cpu, server_cpu = time.perf_counter() - t0, time.process_time() - c0, _cpu_seconds(server_pid) - s0
+    wall, client_cpu, server_cpu = time.perf_counter() - t0, time.process_time() - c0, cpu_seconds(server_pid) - s0
     shutil.rmtree(out)
     assert metrics["errors"] == 0 and metrics["n"] == n, metrics
     qps = n / wall
@@ -99,9 +92,9 @@ def bare_client(url: str, bodies: list[bytes], n: int, concurrency: int, server_
                         async with session.post(f"{url}/chat/completions", data=body, headers=headers) as r:
                             json.loads(await r.read())
 
-            s0, c0, t0 = _cpu_seconds(server_pid), time.process_time(), time.perf_counter()
+            s0, c0, t0 = cpu_seconds(server_pid), time.process_time(), time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(concurrency)))
-            return time.perf_counter() - t0, time.process_time() - c0, _cpu_seconds(server_pid) - s0
+            return time.perf_counter() - t0, time.process_time() - c0, cpu_seconds(server_pid) - s0
 
     wall, cpu, server_cpu = asyncio.run(go())
     return {"concurrency": concurrency, "questions": n, "qps": n / wall, "requests_per_s": len(bodies) * n / wall,
@@ -126,7 +119,7 @@ def main() -> None:
     index = Path(args.index) if args.index else corpus_and_index(load_preset("demo"), runs=ROOT / "runs").index_dir
     retriever = Retriever.load(index)
     retriever.search_batch(["warm up"], 3, "bm25" if args.no_hybrid else "hybrid")
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "agentrl.scripted_endpoint", "--port", str(port), "--latency",
                                str(LATENCY)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     transports = args.transports.split(",")

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from _util import cpu_seconds, free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl"
 TOP_K = 5
@@ -38,15 +40,6 @@ META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {}}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bare_app(index_dir: str):
@@ -74,7 +67,7 @@ def bare_app(index_dir: str):
 
 def start(kind: str, index_dir: Path) -> tuple[subprocess.Popen, str, float]:
     """Start the ``mcp`` or ``bare`` server process; return it, its URL and the start time (perf_counter)."""
-    port = _free_port()
+    port = free_port()
     if kind == "mcp":
         cmd = [sys.executable, "-m", "agentrl.cli", "serve", "--index", str(index_dir), "--transport", "http",
                "--port", str(port)]
@@ -182,9 +175,9 @@ async def sdk_load(url: str, queries: list[str], clients: int, calls: int) -> di
 
 def measure(kind: str, url: str, pid: int, queries: list[str], clients: int, calls: int, offset: int = 0) -> dict:
     """Return :func:`load` figures plus the server's CPU per call."""
-    s0 = _cpu_seconds(pid)
+    s0 = cpu_seconds(pid)
     r = asyncio.run(load(kind, url, queries, clients, calls, offset))
-    r["server_cpu_ms_per_call"] = 1000 * (_cpu_seconds(pid) - s0) / r["calls"]
+    r["server_cpu_ms_per_call"] = 1000 * (cpu_seconds(pid) - s0) / r["calls"]
     return r
 
 

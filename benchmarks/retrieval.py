@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _util import cpu_seconds
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl"
 
@@ -305,11 +307,11 @@ def bench_mcp(index_dir: Path, clients: int = 50, calls: int = 100) -> dict:
         async def main():
             await asyncio.gather(*(client(i) for i in range(clients)))
 
-        cpu0 = _cpu_seconds(proc.pid)
+        cpu0 = cpu_seconds(proc.pid)
         t, c = time.perf_counter(), time.process_time()
         asyncio.run(main())
         wall, client_cpu = time.perf_counter() - t, time.process_time() - c
-        server_cpu = _cpu_seconds(proc.pid) - cpu0
+        server_cpu = cpu_seconds(proc.pid) - cpu0
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -319,11 +321,6 @@ def bench_mcp(index_dir: Path, clients: int = 50, calls: int = 100) -> dict:
             "server_cpu_ms_per_call": 1000 * server_cpu / len(latencies),
             "client_cpu_ms_per_call": 1000 * client_cpu / len(latencies)}
 
-
-def _cpu_seconds(pid: int) -> float:
-    """Return user+system CPU seconds of a process and its threads (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
