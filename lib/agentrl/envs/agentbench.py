@@ -44,7 +44,7 @@ _SPECIAL = {"none": "0", "null": "0", "undefined": "0", "nan": "0", "inf": "0", 
 GROUP_CONCAT_MAX_LEN = 1024  # MySQL 8's default group_concat_max_len, which AgentBench's hash query runs under
 
 
-class _NotEvaluated(Exception):
+class _NotEvaluated(ValueError):
     """The text is not something :func:`safe_eval` evaluates (AgentBench's eval would raise, or run code)."""
 
 

@@ -706,7 +706,7 @@ class MariaDBEnv(SQLEnv):
                 self._scratch.add(conn)
 
         try:
-            return gold_result(self._server, self._meta["table"], gold, register)
+            return gold_result(self._server, self._meta["table"], gold, register, self._cancel.is_set)
         except Exception as exc:  # noqa: BLE001 - a lost connection twice: no verdict, reported as the reason
             self._check_cancel()
             return GoldResult(None, None, f"the server lost the gold statement's connection: {exc}")
@@ -769,10 +769,10 @@ _GOLD_CACHE_SIZE = 512
 _GOLD_LOCK = threading.Lock()
 
 
-def gold_result(server: MariaDBServer, table: dict, gold: str, register=None) -> GoldResult:
+def gold_result(server: MariaDBServer, table: dict, gold: str, register=None, cancelled=None) -> GoldResult:
     """Return what the gold statement makes of the task table on ``server`` (MariaDBServer.gold), cached per table
     and statement: a failing statement's error is the task's, so it is cached too; a lost connection is retried
-    once and never cached."""
+    once (unless ``cancelled()`` says the caller was interrupted) and never cached."""
     key = (id(server), json.dumps(table, sort_keys=True), gold)
     with _GOLD_LOCK:
         if key in _GOLD_CACHE:
@@ -782,7 +782,7 @@ def gold_result(server: MariaDBServer, table: dict, gold: str, register=None) ->
             result = server.gold(table, gold, register)
             break
         except Exception:
-            if attempt:
+            if attempt or (cancelled is not None and cancelled()):
                 raise
     with _GOLD_LOCK:
         if len(_GOLD_CACHE) >= _GOLD_CACHE_SIZE:
