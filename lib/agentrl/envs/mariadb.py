@@ -17,8 +17,11 @@ statement that outlives the time limit by more than a grace period, whatever the
 commits on its own, and a write that grows the table past the size cap is rolled back. Errors (syntax,
 permission, time limit) come back as ``Error: ...`` text; no exception leaves ``execute_sql``.
 
-Scoring is SQLEnv's (agentrl.envs.sql), with the table hash computed natively by AgentBench's own query and the
-expected final table made by the gold statement on a scratch copy run as a separate restricted user.
+Scoring is SQLEnv's (agentrl.envs.sql), with the table hash computed natively by AgentBench's own query (on an
+admin connection of the episode's own), the expected final table and hash made by the gold statement on a scratch
+copy run as a separate restricted user (cached per task), and exec credit's re-runs of the model's reads on
+perturbed copies of the table (agentrl.envs.sql_credit), each a database only the episode's user may SELECT from.
+An interrupt (item timeout) kills whichever of these queries is running.
 
 Sample::
 

@@ -40,301 +40,44 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
-import re
 import sqlite3
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
-from agentrl.envs.sql_lex import (
-    MAX_CTE_EXPANSION,
-    cte_expansion,
-    first_keyword,
-    fold_map,
-    hash_dialect,
-    match_accents,
-    mysql_to_sqlite,
+from agentrl.envs.dbbench import (  # noqa: F401 - re-exported: the SQL env's public names live here
+    SELECT_TYPES,
+    answer_matches,
+    dbbench_row,
+    load_dbbench,
+    normalize_value,
+    oracle_plan,
+    oracle_turns,
+    values_match,
 )
-from agentrl.io import DataError, iter_jsonl
+from agentrl.envs.sql_lex import fold_map, hash_dialect, match_accents, mysql_to_sqlite
+from agentrl.envs.sql_sandbox import (  # noqa: F401 - re-exported
+    _DENY_FUNCTIONS,
+    SQLLimits,
+    build_database,
+    column_type,
+    column_types,
+    format_result,
+    quote,
+    run_statement,
+    sandbox,
+    table_state,
+)
+from agentrl.io import DataError
 
 __all__ = ["SQLEnv", "SQLLimits", "build_database", "load_dbbench", "mysql_to_sqlite", "oracle_plan", "quote",
            "sql_score"]
-
-SELECT_TYPES = {"other", "counting", "comparison", "ranking", "aggregation-SUM", "aggregation-MAX",
-                "aggregation-MIN", "aggregation-AVG"}
-_READ_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list",
-                 "table_list", "database_list", "collation_list", "function_list", "compile_options"}
-# printf/format: a width such as printf('%.*c', 500000000, 'x') runs for seconds inside one C call, where
-# neither the progress handler nor the length limit stops it
-_DENY_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "printf", "format"}
 # re-runs that decide exec credit must be reproducible: a result that changes by chance proves nothing
 _RERUN_DENY = _DENY_FUNCTIONS | {"random", "randomblob"}
-_TYPE_MAP = (("INT", "INTEGER"), ("FLOAT", "REAL"), ("DOUBLE", "REAL"), ("REAL", "REAL"), ("DECIMAL", "REAL"),
-             ("NUMERIC", "REAL"))
-TRANSACTION_WORDS = {"BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "END"}
-
-
-@dataclass
-class SQLLimits:
-    """Resource limits of the sandbox."""
-
-    time_limit: float = 1.0  # seconds per statement
-    max_rows: int = 20  # rows shown to the model
-    max_scored_rows: int = 10_000  # rows of a SELECT kept for scoring (result match, Jaccard)
-    max_scored_chars: int = 1_000_000  # ... and their total text size: a wide result must not eat the memory
-    max_cell_chars: int = 80
-    max_output_chars: int = 2000
-    max_length: int = 100_000  # longest string or blob SQLite may build
-    max_sql_length: int = 10_000
-    max_pages: int = 4096  # x 4 KB = 16 MB per episode database
 
 
 class ScoringInterrupted(Exception):
     """The episode was interrupted (item timeout or cancellation) while it was being scored."""
-
-
-def quote(identifier: str) -> str:
-    """Return ``identifier`` quoted for SQLite (double quotes, inner quotes doubled)."""
-    return '"' + str(identifier).replace('"', '""') + '"'
-
-
-_NUMBER = re.compile(r"^\s*-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
-
-
-def column_type(declared: str, values: list | None = None) -> str:
-    """Map a MySQL-ish column type to a SQLite one.
-
-    Dates and years stay TEXT (NUMERIC affinity would mangle '1980-05-01'). A TEXT column whose every value is a
-    number gets NUMERIC affinity: MySQL compares ``text_col < 107.7`` as numbers, SQLite compares TEXT with a
-    number as text, and the DB Bench tables store numbers in TEXT columns.
-    """
-    up = (declared or "").upper()
-    mapped = next((sqlite for key, sqlite in _TYPE_MAP if key in up), "TEXT")
-    present = [v for v in values or [] if v is not None and str(v).strip() != ""]
-    if mapped == "TEXT" and not any(k in up for k in ("DATE", "TIME")) and present \
-            and all(_NUMBER.match(str(v)) for v in present):
-        return "NUMERIC"
-    return mapped
-
-
-def column_types(table: dict) -> list[str]:
-    """Return the SQLite types the episode database gives the task table's columns (see :func:`column_type`)."""
-    columns = (table.get("table_info") or {}).get("columns") or []
-    rows = (table.get("table_info") or {}).get("rows") or []
-    return [column_type(c.get("type", "TEXT"), [r[i] for r in rows if i < len(r)]) for i, c in enumerate(columns)]
-
-
-def _text(raw: bytes) -> str:
-    """SQLite text as str; invalid UTF-8 (``CAST(x'ff' AS TEXT)``) is replaced instead of raising on read."""
-    return raw.decode("utf-8", "replace")
-
-
-def build_database(table: dict, limits: SQLLimits | None = None, *, all_text: bool = False,
-                   types: list[str] | None = None) -> sqlite3.Connection:
-    """Return an in-memory database holding the task's table (identifiers quoted), unsandboxed.
-
-    Every column is ``COLLATE NOCASE`` (MySQL compares text case-insensitively). Types: ``types`` when given, else
-    :func:`column_types`. ``all_text`` builds the table as AgentBench builds it in MySQL: every column TEXT and
-    every value ``str(value)`` ('7.400' stays '7.400', a JSON null becomes 'None'), for AgentBench's table hash."""
-    limits = limits or SQLLimits()
-    info = table.get("table_info") or {}
-    columns = info.get("columns") or []
-    if not table.get("table_name") or not columns:
-        raise DataError("SQL task table needs 'table_name' and 'table_info.columns'")
-    declared = ["TEXT"] * len(columns) if all_text else (types or column_types(table))
-    # no statement cache: the authorizer runs when a statement is prepared, and it must see every run of one (it
-    # records what the statement reads and writes)
-    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False, cached_statements=0)
-    conn.text_factory = _text
-    name = quote(table["table_name"])
-    cols = ", ".join(f"{quote(c['name'])} {t} COLLATE NOCASE" for c, t in zip(columns, declared, strict=True))
-    conn.execute(f"CREATE TABLE {name} ({cols})")
-    marks = ", ".join("?" for _ in columns)
-    rows = [[str(v) if all_text else v for v in r] + [None] * (len(columns) - len(r)) for r in info.get("rows") or []]
-    conn.executemany(f"INSERT INTO {name} VALUES ({marks})", rows)
-    conn.execute(f"PRAGMA max_page_count = {limits.max_pages}")
-    return conn
-
-
-def sandbox(conn: sqlite3.Connection, table_name: str, limits: SQLLimits, reads: set | None = None,
-            deny_functions: set[str] = _DENY_FUNCTIONS, writes: set | None = None) -> None:
-    """Install the authorizer and limits on ``conn`` (see the module docstring); the names of tables a statement
-    reads are added to ``reads`` when given (exec credit needs a result read from the task's table), those it may
-    write to ``writes`` (AgentBench's hash replays every write, whatever it changed here)."""
-    allowed_write = {table_name}
-
-    def authorizer(action, arg1, arg2, dbname, source):
-        if action == sqlite3.SQLITE_READ:
-            if reads is not None:
-                reads.add(arg1)
-            return sqlite3.SQLITE_OK
-        if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_RECURSIVE):
-            return sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_FUNCTION:
-            return sqlite3.SQLITE_DENY if str(arg2).lower() in deny_functions else sqlite3.SQLITE_OK
-        if action in (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE):
-            if arg1 in allowed_write and dbname == "main":
-                if writes is not None:
-                    writes.add(arg1)
-                return sqlite3.SQLITE_OK
-            return sqlite3.SQLITE_DENY
-        if action == sqlite3.SQLITE_PRAGMA:  # the allow-listed pragmas only read, whatever their argument
-            return sqlite3.SQLITE_OK if str(arg1).lower() in _READ_PRAGMAS else sqlite3.SQLITE_DENY
-        # ATTACH/DETACH, CREATE/DROP/ALTER anything, VACUUM, ANALYZE, REINDEX, and BEGIN/COMMIT/ROLLBACK/SAVEPOINT/
-        # RELEASE: each statement commits on its own, so a write the episode rolled back can never be counted
-        return sqlite3.SQLITE_DENY
-
-    conn.set_authorizer(authorizer)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_length)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, limits.max_sql_length)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_COMPOUND_SELECT, 50)
-
-
-def _size(row: tuple) -> int:
-    """Return the approximate size of a result row in characters/bytes (8 per number or NULL)."""
-    return sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
-
-
-def check_statement(sql: str, limits: SQLLimits) -> None:
-    """Raise ValueError for a statement refused before SQLite sees it: empty, a NUL character, longer than
-    ``max_sql_length``, or common table expressions that would expand past ``MAX_CTE_EXPANSION`` tokens."""
-    if not isinstance(sql, str) or not sql.strip():
-        raise ValueError("query must be a non-empty SQL statement")
-    if "\x00" in sql:
-        raise ValueError("the statement contains a NUL character")
-    if len(sql) > limits.max_sql_length:
-        raise ValueError(f"statement longer than {limits.max_sql_length:,} characters")
-    if cte_expansion(sql) > MAX_CTE_EXPANSION:
-        raise ValueError(f"statement too complex: its common table expressions would expand to more than "
-                         f"{MAX_CTE_EXPANSION:,} tokens (SQLite expands them before any time limit applies)")
-
-
-def run_statement(conn: sqlite3.Connection, sql: str, limits: SQLLimits) -> tuple[list[str], list[tuple], bool]:
-    """Execute one statement under the time limit; return ``(columns, rows, complete)``.
-
-    ``rows`` holds up to ``max(max_rows, max_scored_rows)`` rows for scoring, more than the model is shown (past
-    the first ``max_rows``, only while their text stays under ``max_scored_chars``); ``complete`` is False when
-    the result had more rows than were kept (or the deadline came once ``max_rows`` were read: the fetch runs
-    under the statement's deadline). Raises
-    sqlite3.Error (including the time limit, as "interrupted") or ValueError for bad input.
-    """
-    check_statement(sql, limits)
-    cap = max(limits.max_rows, limits.max_scored_rows)
-    deadline = time.monotonic() + limits.time_limit
-    conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 1000)
-    rows: list[tuple] = []
-    complete = True
-    cur = None
-    try:
-        try:
-            cur = conn.execute(sql)
-        except sqlite3.DatabaseError as exc:
-            if "not authorized" in str(exc) and first_keyword(sql) in TRANSACTION_WORDS:
-                raise ValueError("transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, END) is not "
-                                 "allowed: each statement commits on its own") from None
-            raise
-        columns = [d[0] for d in cur.description or []]
-        changes, size = conn.total_changes, 0
-        try:
-            for row in cur if columns else ():  # row by row: a batch of wide rows could overshoot the budget
-                size += _size(row)
-                # a row past the cap (or past the text budget, once the rows to show are in) exists: stop here
-                if len(rows) == cap or (size > limits.max_scored_chars and len(rows) >= limits.max_rows):
-                    complete = False
-                    break
-                rows.append(row)
-        except sqlite3.OperationalError as exc:
-            # a slow read that already produced the rows to show keeps them (as a cut result), like when only
-            # those were fetched; a write (RETURNING) was rolled back, so its rows must not be shown
-            if str(exc) != "interrupted" or len(rows) < limits.max_rows or conn.total_changes != changes:
-                raise
-            complete = False
-    finally:
-        conn.set_progress_handler(None, 0)
-        if cur is not None:
-            cur.close()  # release an unfinished statement: its remaining rows are never read
-    return columns, rows, complete
-
-
-def format_result(columns: list[str], rows: list[tuple], truncated: bool, limits: SQLLimits, changes: int) -> str:
-    """Return a compact text table of a result: the first ``max_rows`` rows (a note when ``truncated`` or there
-    were more), cells and total size cut, with a note."""
-    if not columns:
-        return f"OK ({changes} row{'s' if changes != 1 else ''} affected)"
-    if not rows:
-        return "(no rows) columns: " + " | ".join(columns)
-    truncated = truncated or len(rows) > limits.max_rows
-    rows = rows[:limits.max_rows]
-
-    def cell(v) -> str:
-        s = "NULL" if v is None else str(v)
-        return s if len(s) <= limits.max_cell_chars else s[:limits.max_cell_chars] + "…"
-
-    lines = [" | ".join(columns)] + [" | ".join(cell(v) for v in r) for r in rows]
-    text = "\n".join(lines)
-    if len(text) > limits.max_output_chars:
-        text = text[:limits.max_output_chars] + "\n… (output cut)"
-    if truncated:
-        text += f"\n… (more rows: only the first {limits.max_rows} are shown; aggregate or add LIMIT)"
-    return text
-
-
-def normalize_value(v) -> str:
-    """Return a comparable form of a value: lower-case text, numbers canonical (1.0 == 1), NULL/empty as "none".
-
-    Text that parses to an infinite or NaN float ("1e999") stays text: ``int(inf)`` would raise inside a
-    reward call."""
-    if v is None:
-        return "none"
-    s = str(v).strip().strip("'\"").strip()
-    if not s or s.lower() in ("none", "null"):
-        return "none"
-    try:
-        f = float(s.replace(",", "")) if re.fullmatch(r"-?[\d,]*\.?\d+(e-?\d+)?", s, re.I) else None
-    except ValueError:
-        f = None
-    if f is not None and math.isfinite(f):
-        return repr(round(f, 6)).rstrip("0").rstrip(".") if f != int(f) else str(int(f))
-    return " ".join(s.lower().split())
-
-
-def values_match(got: list, label: list) -> bool:
-    """Return True when two value lists are equal as multisets of normalised values ("none" = nothing)."""
-    a = Counter(normalize_value(v) for v in got) - Counter({"none": 10**9})
-    b = Counter(normalize_value(v) for v in label) - Counter({"none": 10**9})
-    return a == b
-
-
-def answer_matches(answer: str | None, label: list) -> bool:
-    """Return True when an ``<answer>`` text gives the label values (a JSON/Python list, split on ", ", or as one
-    joined string)."""
-    if answer is None:
-        return False
-    text = answer.strip()
-    if text.startswith("[") and text.endswith("]"):  # several values as a list, as the prompt asks
-        import ast
-
-        try:
-            values = ast.literal_eval(text)
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            values = None
-        if isinstance(values, list) and values_match([v[0] if isinstance(v, tuple) and v else v for v in values],
-                                                     label):
-            return True
-    parts = [p for p in (x.strip() for x in answer.split(", ")) if p] or [""]
-    if values_match(parts, label):
-        return True
-    return normalize_value(answer) == normalize_value(", ".join(str(x) for x in label))
-
-
-def table_state(conn: sqlite3.Connection, table_name: str) -> Counter:
-    """Return the table's rows as a multiset of normalised tuples."""
-    rows = conn.execute(f"SELECT * FROM {quote(table_name)}").fetchall()
-    return Counter(tuple(normalize_value(v) for v in r) for r in rows)
 
 
 # A nested-CTE bomb grows SQLite's heap before any time limit can act; capping the process-wide SQLite heap
@@ -736,56 +479,3 @@ def sql_score(prediction: str | None, row: dict | None, env) -> dict:
         return env._score(prediction)
     except ScoringInterrupted:
         return dict.fromkeys(METRIC_KEYS, 0.0)
-
-
-def dbbench_row(rec: dict, task_id: str, where: str = "") -> dict:
-    """Return one DB Bench record as a task row (question = description + table note, kind select/modify)."""
-    for field in ("description", "label", "table", "type"):
-        if field not in rec:
-            raise DataError(f"{where}: missing field '{field}'")
-    kind = "select" if set(rec["type"]) <= SELECT_TYPES else "modify"
-    gold = (rec.get("sql") or {}).get("query") if kind == "select" else (rec["label"] or [None])[0]
-    question = f"{rec['description'].strip()}\n{rec.get('add_description', '').strip()}".strip()
-    return {"id": task_id, "question": question,
-            "golden_answers": [str(x) for x in rec["label"]] if kind == "select" else ["done"],
-            "metadata": {"kind": kind, "type": rec["type"][0], "types": rec["type"], "table": rec["table"],
-                         "sql": gold, "label": rec["label"] if kind == "select" else [], "source": rec.get("source"),
-                         "answer_md5": rec.get("answer_md5")}}
-
-
-def load_dbbench(path: str | Path) -> list[dict]:
-    """Return the tasks of a DB Bench-format JSONL file as task rows (ids db_0, db_1, ... by line)."""
-    rows = [dbbench_row(rec, f"db_{lineno - 1}", f"{path}:{lineno}") for lineno, rec in iter_jsonl(path)]
-    if not rows:
-        raise DataError(f"{path}: no tasks")
-    return rows
-
-
-def oracle_plan(row: dict) -> list:
-    """The oracle's turns for a SQL task: run the gold statement (for a SELECT whose gold query does not run in
-    SQLite, look at the table instead), then answer with the label values (SELECT) or "done"."""
-    meta = row.get("metadata") or {}
-    table = meta["table"]["table_name"]
-    query = meta.get("sql")  # as written (MySQL): execute_sql rewrites it as it rewrites the model's statements
-    if meta.get("kind") == "select" and query:
-        probe = build_database(meta["table"])
-        try:
-            probe.execute(mysql_to_sqlite(query, table))
-        except sqlite3.Error:
-            query = None
-        finally:
-            probe.close()
-    return oracle_turns(meta, query or f"SELECT * FROM {quote(table)} LIMIT 5")
-
-
-def oracle_turns(meta: dict, query: str) -> list:
-    """Return the oracle's two turns: ``query`` through ``execute_sql``, then the answer (the label values for a
-    SELECT task, "done" otherwise)."""
-    from agentrl.policies.base import Turn
-
-    label = [str(x) for x in meta.get("label") or []]
-    # several values as a list: AgentBench reads "a, b" as the single value "a b" (commas are thousands marks)
-    answer = (label[0] if len(label) == 1 else json.dumps(label, ensure_ascii=False)) \
-        if meta.get("kind") == "select" else "done"
-    call = {"id": "call_0", "name": "execute_sql", "arguments": json.dumps({"query": query})}
-    return [Turn(tool_calls=[call]), Turn(content=f"<answer>{answer}</answer>", finish_reason="stop")]
