@@ -3,6 +3,11 @@ baseline on the same backend.
 
     uv run python benchmarks/sql_env.py                    # both backends (~1 min), each in its own process
     uv run python benchmarks/sql_env.py --backend sqlite   # or mariadb
+    uv run python benchmarks/sql_env.py --gold data/samples/dbbench_dev.jsonl --gold PATH/standard.jsonl
+
+``--gold`` measures instead how many INSERT/UPDATE/DELETE tasks of a DB Bench file have a gold statement that
+reproduces the task's ``answer_md5`` through AgentBench's table hash on each backend (the statement run through
+``execute_sql`` as the model's would be), and lists the others with the statement's reply.
 
 An episode is what the agent loop does: build the env's database, the oracle's plan (a probe of the gold query for
 SELECT tasks), one ``execute_sql``, the scores, the clean-up. A first round over the 60 dev tasks is reported apart:
@@ -134,11 +139,49 @@ def report(out: dict) -> None:
     print(f"{backend}: peak RSS {out['peak_rss_mb']:.0f} MB{server}")
 
 
+def gold_check(path: str, backend: str) -> dict:
+    """Return how many modify tasks of ``path`` have a gold statement whose effect on ``backend`` has AgentBench's
+    hash equal to the task's ``answer_md5``, and the others with the statement's reply."""
+    from agentrl.io import DataError
+
+    tasks = [t for t in load_dbbench(path) if t["metadata"]["kind"] == "modify"]
+    failed = {}
+    for t in tasks:
+        if backend == "mariadb":
+            from agentrl.envs import mariadb
+
+            env = mariadb.MariaDBEnv()
+        else:
+            env = SQLEnv()
+        try:
+            env.reset(**t)
+        except DataError as exc:
+            failed[t["id"]] = f"table refused: {exc}"
+            continue
+        try:
+            out = env.execute_sql(t["metadata"]["sql"])
+            if sql_score("done", t, env)["agentbench"] != 1.0:
+                failed[t["id"]] = out[:100]
+        finally:
+            env._close()
+    return {"backend": backend, "path": str(path), "modify": len(tasks), "reproduced": len(tasks) - len(failed),
+            "failed": failed}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=["sqlite", "mariadb", "both"], default="both")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line (for --backend both)")
+    parser.add_argument("--gold", action="append", metavar="PATH",
+                        help="a DB Bench JSONL file: count the modify tasks whose gold reproduces answer_md5")
     args = parser.parse_args()
+    if args.gold:
+        for path in args.gold:
+            for backend in (("sqlite", "mariadb") if args.backend == "both" else (args.backend,)):
+                out = gold_check(path, backend)
+                print(f"{backend}: {out['reproduced']} of {out['modify']} modify golds in {path} reproduce "
+                      f"answer_md5" + "".join(f"\n  {i}: {why}" for i, why in out["failed"].items()))
+        return
     if args.backend != "both":
         out = measure(args.backend)
         print(json.dumps(out)) if args.json else report(out)

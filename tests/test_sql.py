@@ -25,6 +25,9 @@ from conftest import DBBENCH
 # SELECT tasks by the label, and so does SQLEnv.
 GOLD_DOES_NOT_RUN = {"db_0", "db_2", "db_6", "db_8", "db_11", "db_13", "db_18", "db_19"}
 GOLD_DISAGREES_WITH_LABEL = {"db_1", "db_5", "db_10", "db_12", "db_15", "db_17"}
+# db_9's label is ['none']: its gold query returns no rows, which any query can; an empty result depends on no data,
+# so it earns no execution match (agentrl.envs.sql_credit)
+EMPTY_RESULT = {"db_9"}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +47,7 @@ def test_every_gold_statement_runs_in_sqlite_and_the_known_gaps_are_exactly_thes
     for t in tasks:
         env.reset(**t)
         meta = t["metadata"]
-        out = env.execute_sql(mysql_to_sqlite(meta["sql"]))
+        out = env.execute_sql(meta["sql"])  # MySQL as written: the env rewrites what SQLite reads otherwise
         scores = sql_score(", ".join(map(str, meta["label"])) if meta["kind"] == "select" else "done", t, env)
         if meta["kind"] == "modify":
             assert not out.startswith("Error"), (t["id"], out)
@@ -54,7 +57,7 @@ def test_every_gold_statement_runs_in_sqlite_and_the_known_gaps_are_exactly_thes
         elif not scores["result_match"]:
             mismatches.add(t["id"])
     assert errors == GOLD_DOES_NOT_RUN
-    assert mismatches == GOLD_DISAGREES_WITH_LABEL
+    assert mismatches == GOLD_DISAGREES_WITH_LABEL | EMPTY_RESULT
 
 
 def test_the_oracle_scores_one_on_every_dev_task(tasks, tmp_path):
@@ -68,7 +71,7 @@ def test_the_oracle_scores_one_on_every_dev_task(tasks, tmp_path):
     assert metrics["overall"]["em"] == 1.0  # the headline: answer match (SELECT), final state (modify)
     # execution match is 1 wherever the gold statement reproduces the label; the oracle's query on the 14 known
     # gaps runs but returns something else, which earns the partial credit only
-    gaps = GOLD_DOES_NOT_RUN | GOLD_DISAGREES_WITH_LABEL
+    gaps = GOLD_DOES_NOT_RUN | GOLD_DISAGREES_WITH_LABEL | EMPTY_RESULT
     recs = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").open()]
     assert {r["id"]: r["metrics"]["exec"] for r in recs} == {t["id"]: 0.1 if t["id"] in gaps else 1.0 for t in tasks}
     assert set(metrics["by_type"]) == {"INSERT", "UPDATE", "other", "counting", "comparison", "ranking",
@@ -213,7 +216,7 @@ def test_allowed_writes_only_touch_the_task_table(tasks):
     env.reset(**task)
     t = quote(task["metadata"]["table"]["table_name"])
     assert env.execute_sql(f"DELETE FROM {t} WHERE 0").startswith("OK (0 rows")
-    assert env.execute_sql("BEGIN").startswith("OK") and env.execute_sql("ROLLBACK").startswith("OK")
+    assert "transaction control" in env.execute_sql("BEGIN") and "transaction control" in env.execute_sql("ROLLBACK")
     assert env.execute_sql("PRAGMA table_info(" + t + ")").startswith("cid | name")
 
 
@@ -239,7 +242,8 @@ def test_sql_rewards_and_metrics_on_hand_made_episodes(tasks):
         (select, [], "1", 0.0, 1.0),  # right answer without running anything: no execution credit
         (select, [], "", 0.0, 0.0),  # did nothing
         (update, [mysql_to_sqlite(update["metadata"]["sql"])], "done", 1.0, 1.0),  # right final state
-        (update, [f"UPDATE {quote(update['metadata']['table']['table_name'])} SET Wins = '9'"], "done", 0.1, 0.0),
+        # a change that does not move the table toward the gold one earns nothing (it earned 0.1 before)
+        (update, [f"UPDATE {quote(update['metadata']['table']['table_name'])} SET Wins = '9'"], "done", 0.0, 0.0),
     ]
     for task, statements, answer, exec_score, em in cases:
         env, completion = episode(task, statements, answer)
@@ -316,17 +320,17 @@ def test_results_longer_than_the_rows_shown_are_scored_in_full():
     # (each query also reads the task's table: only such results are scored)
     out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
                           "SELECT x FROM c WHERE (SELECT min(n) FROM Long) IS NOT NULL")
-    assert "more rows" in out and len(env._selects[-1][0]) == SQLLimits().max_scored_rows
+    assert "more rows" in out and len(env._selects[-1].values) == SQLLimits().max_scored_rows
     out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
                           "SELECT randomblob(90000) FROM c WHERE (SELECT min(n) FROM Long) IS NOT NULL")  # wide rows
-    assert not out.startswith("Error") and len(env._selects[-1][0]) == SQLLimits().max_rows  # (the rows shown)
+    assert not out.startswith("Error") and len(env._selects[-1].values) == SQLLimits().max_rows  # (the rows shown)
     # a slow result: the deadline comes while fetching the scored rows, after the rows to show (20 rows take
     # ~0.01 s, 10,000 take seconds: the margin holds on a loaded machine and on a fast one)
     start = time.monotonic()
     out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
                           "SELECT x FROM c WHERE (SELECT min(n) FROM Long) IS NOT NULL AND x % 1000 = 0")
     assert time.monotonic() - start < 4.0 and not out.startswith("Error") and "more rows" in out
-    assert 20 <= len(env._selects[-1][0]) < SQLLimits().max_scored_rows
+    assert 20 <= len(env._selects[-1].values) < SQLLimits().max_scored_rows
 
 
 @pytest.mark.parametrize("answer", ["1e999", "-1e999", "nan", "NaN", "inf", "1e400, nan"])
@@ -420,15 +424,20 @@ def test_grpo_sql_credit_settings_reach_the_training_environment():
     assert (env._partial, env._jaccard) == (0.05, False)
 
 
-def test_a_transaction_left_open_neither_blocks_the_env_nor_scoring(tasks):
-    task = tasks[40]
-    table = task["metadata"]["table"]
-    t, c = quote(table["table_name"]), quote(table["table_info"]["columns"][0]["name"])
+def test_transaction_control_is_refused_so_a_rolled_back_write_never_counts(tasks):
+    task = tasks[40]  # an UPDATE task
+    t = quote(task["metadata"]["table"]["table_name"])
     env = SQLEnv()
     env.reset(**task)
-    assert not env.execute_sql("BEGIN").startswith("Error")
-    assert env.execute_sql(f"UPDATE {t} SET {c} = 'x'").startswith("OK")
-    assert not env.execute_sql(f"SELECT COUNT(*) FROM {t}").startswith("Error")  # never committed, still serving
-    assert sql_score("done", task, env)["em"] == 0.0
+    before = env.execute_sql(f"SELECT * FROM {t}")
+    for statement in ("BEGIN", "begin transaction", "/* x */ SAVEPOINT a", "RELEASE a", "ROLLBACK", "COMMIT", "END"):
+        assert "transaction control" in env.execute_sql(statement), statement
+    # BEGIN; <gold UPDATE>; ROLLBACK: the UPDATE commits on its own and the ROLLBACK is refused, so the score is the
+    # table's real state (before the fix the table was unchanged and AgentBench's hash still said 1.0)
+    assert env.execute_sql(task["metadata"]["sql"]).startswith("OK (1 row")
+    assert env.execute_sql("ROLLBACK").startswith("Error")
+    assert env.execute_sql(f"SELECT * FROM {t}") != before
+    scores = sql_score("done", task, env)
+    assert scores["agentbench"] == scores["state_match"] == 1.0
     env.reset(**task)  # the next episode starts from the task's table
-    assert "'x'" not in env.execute_sql(f"SELECT {c} FROM {t} LIMIT 1")
+    assert env.execute_sql(f"SELECT * FROM {t}") == before

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from agentrl.envs import mariadb
-from agentrl.envs.sql import SQLLimits, load_dbbench, sql_score
+from agentrl.envs.agentbench import table_hash
+from agentrl.envs.sql import SQLEnv, SQLLimits, load_dbbench, sql_score
 from conftest import DBBENCH, running
 
 pytestmark = pytest.mark.skipif(not mariadb.available(),
@@ -22,6 +23,8 @@ GOLD_DOES_NOT_RUN = {"db_0", "db_2", "db_6", "db_7", "db_8", "db_11", "db_13", "
 # MySQL; the SQLite backend's NUMERIC affinity compares numbers), db_10 no longer (MySQL compares its TEXT column
 # with a number numerically)
 GOLD_DISAGREES_WITH_LABEL = {"db_1", "db_12", "db_15", "db_16", "db_17"}
+# ... and db_9, whose label is ['none']: an empty result depends on no data, so it earns no execution match
+EMPTY_RESULT = {"db_9"}
 # MySQL (AgentBench's MySQL 8 too) refuses to create this task's table: one column has an empty name
 TABLE_REFUSED = {"db_5"}
 
@@ -78,7 +81,7 @@ def test_the_oracle_scores_one_on_every_dev_task_whose_table_mysql_accepts(serve
     # every modify task's gold reproduces its answer_md5 by AgentBench's own hash query on the server
     assert sum(1 for t in tasks if t["metadata"]["kind"] == "modify") == 40
     assert all(ok[t["id"]]["agentbench"] == 1.0 for t in tasks if t["metadata"]["kind"] == "modify")
-    gaps = GOLD_DOES_NOT_RUN | GOLD_DISAGREES_WITH_LABEL
+    gaps = GOLD_DOES_NOT_RUN | GOLD_DISAGREES_WITH_LABEL | EMPTY_RESULT
     assert {i: m["exec"] for i, m in ok.items()} == {i: 0.1 if i in gaps else 1.0 for i in ok}
     assert server.databases() == [] and _ep_users(server) == []  # every episode's database and user dropped
 
@@ -102,7 +105,7 @@ def test_the_known_gold_gaps_on_mariadb_are_exactly_these(server, tasks):
             mismatches.add(t["id"])
         env._close()
     assert errors == GOLD_DOES_NOT_RUN
-    assert mismatches == GOLD_DISAGREES_WITH_LABEL
+    assert mismatches == GOLD_DISAGREES_WITH_LABEL | EMPTY_RESULT
 
 
 def test_the_table_is_created_as_agentbench_creates_it(server, tasks):
@@ -260,7 +263,7 @@ def test_long_results_are_capped_like_on_sqlite(server, tasks):
     t = _table(tasks[20])
     out = env.execute_sql(f"SELECT * FROM {t} a, {t} b")
     assert len(out.splitlines()) == 5 and "more rows" in out
-    assert env._selects[-1][1] is False and len(env._selects[-1][0]) == 50 * 8  # 50 rows of 2 x 4 columns kept
+    assert env._selects[-1].complete is False and len(env._selects[-1].values) == 50 * 8  # 50 rows, 2 x 4 cols
     assert env.execute_sql("SELECT 1") == "1\n1"  # the rest of the result was not left in the connection
     env._close()
 
@@ -325,3 +328,121 @@ def test_a_missing_server_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(mariadb.shutil, "which", lambda *a, **k: None)
     with pytest.raises(DataError, match="apt-get install mariadb-server"):
         sql_task(backend="mariadb")
+
+
+# ----------------------------------------------------------------------------- issue 13 review: scoring on the server
+
+def _episode(server, task, *statements, answer="done", **kw) -> dict:
+    env = _env(server, task, **kw)
+    for s in statements:
+        assert not env.execute_sql(s).startswith("Error"), s
+    scores = sql_score(answer, task, env)
+    env._close()
+    return scores
+
+
+def test_transaction_control_is_refused_so_a_rolled_back_write_never_counts(server, tasks):
+    task = tasks[40]
+    env = _env(server, task)
+    for statement in ("BEGIN", "START TRANSACTION", "SAVEPOINT a", "ROLLBACK", "COMMIT", "RELEASE SAVEPOINT a"):
+        assert "not allowed" in env.execute_sql(statement), statement
+    assert env.execute_sql(task["metadata"]["sql"]).startswith("OK (1 row")
+    assert env.execute_sql("ROLLBACK").startswith("Error")
+    scores = sql_score("done", task, env)
+    assert scores["agentbench"] == scores["state_match"] == 1.0
+    env._close()
+
+
+@pytest.mark.parametrize("label,query,credit", [
+    (["5"], "SELECT COUNT(*) FROM Cities", 1.0),
+    (["Norland"], "SELECT Country FROM Cities WHERE City = 'Arden'", 1.0),
+    (["1700000"], "SELECT MAX(Population + 0) FROM Cities", 1.0),  # MAX(Population): the TEXT maximum, '95000'
+    (["Norland"], "SELECT 'Norland' FROM Cities WHERE City IS NOT NULL LIMIT 1", 0.1),
+    (["Norland"], "SELECT 'Norland' FROM Cities ORDER BY RAND() LIMIT 1", 0.1),
+])
+def test_exec_credit_on_mariadb_needs_a_result_that_depends_on_the_table(server, label, query, credit):
+    from test_sql_credit import select_task
+
+    for jaccard in (False, True):
+        scores = _episode(server, select_task(label), query, answer=label[0], jaccard=jaccard)
+        assert scores["exec"] == credit and scores["result_match"] == float(credit == 1.0), (query, jaccard)
+    assert server.databases() == [] and _ep_users(server) == []  # the perturbed copies went with the episode
+
+
+def test_on_mariadb_an_answer_written_into_the_table_earns_no_exec_credit(server):
+    from test_sql_credit import select_task
+
+    scores = _episode(server, select_task(["Norland"]), "INSERT INTO Cities (City, Country) VALUES ('Zed', 'Norland')",
+                      "SELECT Country FROM Cities WHERE City = 'Zed'")
+    assert scores["result_match"] == 0.0 and scores["exec"] == 0.1
+
+
+def test_on_mariadb_partial_credit_only_toward_the_gold_table(server):
+    from test_sql_credit import modify_task
+
+    task = modify_task("DELETE FROM Cities WHERE Country = 'Sudria'", kind="DELETE")
+    assert _episode(server, task, "DELETE FROM Cities WHERE City = 'Brisa'")["exec"] == 0.1
+    assert _episode(server, task, "DELETE FROM Cities")["exec"] == 0.0
+    right = _episode(server, task, "DELETE FROM Cities WHERE Country = 'Sudria'")
+    assert right["exec"] == right["agentbench"] == 1.0  # no answer_md5: the gold statement's hash, on the server
+
+
+def test_the_hashes_sqlite_emulates_are_the_servers(server):
+    from test_sql_credit import modify_task, select_task
+
+    for gold in ("UPDATE Cities SET Country = 'Westerra' WHERE City = 'Brisa'",
+                 "INSERT INTO Cities VALUES ('Formby\\nUrban\\t\\\\\\'s', 'Norland', '4,567', '1.0')",
+                 "UPDATE Cities SET Population = '1800000' WHERE City = 'montreal'",
+                 "UPDATE Cities SET Country = 'Big' WHERE Population > 100000",
+                 "UPDATE Cities SET Area = 5.50, Population = 007 WHERE City = 'Arden'"):
+        task = modify_task(gold)
+        sqlite_env = SQLEnv()
+        sqlite_env.reset(**task)
+        sqlite_env.execute_sql(gold)
+        maria = _env(server, task)
+        maria.execute_sql(gold)
+        assert sqlite_env._agentbench_hash() == maria._agentbench_hash(), gold
+        maria._close()
+    # 200 rows: the server's group_concat is cut at 1024 characters, and so is ours
+    big = {"table_name": "Big", "table_info": {"columns": [{"name": "n", "type": "TEXT"}],
+                                               "rows": [[f"row {i}"] for i in range(200)]}}
+    task = select_task(["x"])
+    task["metadata"]["table"] = big
+    env = _env(server, task)
+    assert env._agentbench_hash() == table_hash([(f"row {i}",) for i in range(200)])
+    env._close()
+
+
+def test_a_failing_gold_on_mariadb_is_unscorable_with_the_servers_reason(server):
+    from test_sql_credit import modify_task
+
+    task = modify_task("UPDATE Nowhere SET x = 1")
+    env = _env(server, task)
+    scores = sql_score("done", task, env)
+    assert scores["unscorable"] == 1.0
+    assert env._score_notes()["unscorable_reason"].startswith("the gold statement fails on MariaDB: 1146")
+    env._close()
+
+
+def test_an_item_timeout_stops_scoring_on_the_server(server, tmp_path):
+    from agentrl.envs.base import tool_schemas
+    from agentrl.policies.base import Turn
+    from agentrl.policies.oracle import OraclePolicy
+    from agentrl.runner import RunConfig, run_batch
+    from agentrl.tasks import Task
+    from test_sql_credit import modify_task
+
+    def plan(row):
+        return [Turn(content="<answer>done</answer>", finish_reason="stop")]
+
+    row = modify_task("UPDATE Cities SET Area = SLEEP(4)")  # scoring runs it as the gold user (5 s limit)
+    task = Task(name="sql", make_env=functools.partial(mariadb.MariaDBEnv, server=server), system_prompt="",
+                oracle_plan=plan, score=sql_score)
+    tool_schemas(task.make_env())  # imports transformers once, outside the timing
+    start = time.monotonic()
+    run_batch(OraclePolicy(plan), task, [row], tmp_path, RunConfig(progress=False, item_timeout=0.5))
+    (rec,) = map(json.loads, (tmp_path / "trajectories.jsonl").open())
+    assert rec["error"].startswith("timeout") and time.monotonic() - start < 4
+    assert running({"MariaDBServer.gold", "MariaDBEnv._run_gold"}) == []
+    assert server.admin(["SELECT id FROM information_schema.processlist WHERE info LIKE 'UPDATE%SLEEP%'"]) == []
+    assert server.databases() == [] and _ep_users(server) == []

@@ -93,6 +93,8 @@ async def _run_episode(policy, task, row: dict, max_turns: int, env) -> dict:
             messages.append(tool_msg)
     final = messages[-1] if messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls") else None
     prediction = extract_answer(final["content"]) if final else None
+    metrics = await score_episode(task, prediction, row, env)
+    notes = env._score_notes() if hasattr(env, "_score_notes") else {}
     return {
         "id": row["id"],
         "env": task.name,
@@ -103,14 +105,24 @@ async def _run_episode(policy, task, row: dict, max_turns: int, env) -> dict:
         "messages": messages,
         "tools": tools,
         "prediction": prediction,
-        "metrics": task.score(prediction, row, env),
+        "metrics": metrics,
         "usage": usage_summary(per_turn, n_tool_calls, tool_errors, reasoning_chars(messages)),
         "finish": finish,
         "error": None,
         "timing": {"started": round(started, 3), "seconds": round(time.time() - started, 4),
                    "llm_seconds": round(llm_s, 4), "tool_seconds": round(tool_s, 4)},
-        "metadata": {k: v for k, v in (row.get("metadata") or {}).items() if k not in HEAVY_METADATA},
+        "metadata": {**{k: v for k, v in (row.get("metadata") or {}).items() if k not in HEAVY_METADATA}, **notes},
     }
+
+
+async def score_episode(task, prediction: str | None, row: dict, env) -> dict:
+    """Return the task's metrics for the episode, computed in a worker thread inside the item's timeout scope:
+    scoring may run statements (the SQL env replays writes, re-runs queries, runs the gold statement on a server),
+    which must neither block the other episodes' event loop nor outlive an item timeout. A cancellation interrupts
+    the env and waits for the thread, as a tool call's does (agentrl.envs.base.call_tool)."""
+    from agentrl.envs.base import _in_thread
+
+    return await _in_thread(env, lambda: task.score(prediction, row, env), {})
 
 
 def reasoning_chars(messages: list[dict]) -> int:

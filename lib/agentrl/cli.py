@@ -162,6 +162,10 @@ def cmd_eval(args) -> int:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted((metrics.get("error_kinds") or {}).items()))
         print(f"{metrics['errors']} of {metrics['n']} items failed: {kinds} (see 'error' in trajectories.jsonl; "
               "--resume retries them)", file=sys.stderr)
+    unscorable = metrics.get("unscorable_reasons") or {}
+    if unscorable:
+        print(f"{sum(unscorable.values())} of {metrics['n']} items could not be scored (scored 0): "
+              + "; ".join(f"{reason} ({n})" for reason, n in sorted(unscorable.items())), file=sys.stderr)
     if metrics.get("n") and metrics.get("errors") == metrics["n"]:
         return 1  # nothing was evaluated: a script must not take this run for a result
     return 0

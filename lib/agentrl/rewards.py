@@ -88,19 +88,27 @@ def _sql_metric(key: str, completions, environments) -> list[float | None]:
 
 
 def sql_execution(prompts, completions, completion_ids=None, environments=None, **kwargs) -> list[float | None]:
-    """Execution match of each SQL episode, judged on what the statements did, not on the <answer> text:
-    1.0 when the last successful SELECT returned exactly the label values (SELECT tasks) or the final table
-    equals what the gold statement makes of a fresh copy (INSERT/UPDATE/DELETE); otherwise the configured
-    partial credit (default 0.1; the Jaccard overlap of rows when enabled and larger) if at least one statement
-    ran without error; 0.0 when every statement failed or none ran. None outside the SQL environment."""
+    """Execution match of each SQL episode (its ``exec``), judged on what the statements did, not on the <answer>:
+    1.0 when a SELECT read exactly the label values from the task's table and that result depends on the table's
+    data (re-run on perturbed copies of the initial table it changes: a literal such as ``SELECT 'Paris' FROM t``
+    earns nothing, nor does an answer written into the table and read back), or, for INSERT/UPDATE/DELETE, when
+    the final table equals what the gold statement makes of a fresh copy. Otherwise the configured partial credit
+    (default 0.1): on a SELECT task for any statement that read the task's table, on a write task only when the
+    final table is closer to the gold one than the initial table was (multiset Jaccard; ``DELETE FROM t`` earns
+    nothing); with the Jaccard option, the overlap (SELECT) or the progress toward the gold table (writes) when
+    larger. 0.0 otherwise. Transaction control is refused, so a rolled-back write is never counted. None outside
+    the SQL environment."""
     return _sql_metric("exec", completions, environments)
 
 
 def sql_answer(prompts, completions, completion_ids=None, environments=None, **kwargs) -> list[float | None]:
-    """The SQL episode's headline 0/1 match (its ``em``): for SELECT tasks the answer match, 1.0 when the
-    ``<answer>`` values equal the label on normalised values (AgentBench's rule, whether or not a query ran);
-    for INSERT/UPDATE/DELETE tasks 1.0 when the final table equals the gold one. None outside the SQL
-    environment."""
+    """The SQL episode's headline 0/1 match (its ``em``). Under the default ``agentbench`` scoring, AgentBench's
+    verdict (agentrl.envs.agentbench): SELECT tasks, the ``<answer>`` against the label by ``compare_results``
+    (MySQL-result-shaped answers parsed, values normalised, case-sensitive, floats within 1e-2, set equality for
+    several values); INSERT/UPDATE/DELETE, AgentBench's hash of the final table against ``answer_md5`` (or the gold
+    statement's hash when the task has none). Under ``lenient`` scoring, the answer values equal the label on
+    normalised values (SELECT), or the final table equals the gold one (writes). 0.0 for a task whose gold
+    statement fails (``unscorable``). None outside the SQL environment."""
     return _sql_metric("em", completions, environments)
 
 

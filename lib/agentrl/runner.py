@@ -286,6 +286,9 @@ def finalize(out_dir: Path, rows: list[dict]) -> dict:
     metrics["tools"] = tool_call_quality(records)
     metrics["missing"] = len({r["id"] for r in rows} - {r["id"] for r in records})
     metrics["error_kinds"] = _count(r.get("error_kind") or "other" for r in records if r.get("error"))
+    reasons = [(r.get("metadata") or {}).get("unscorable_reason") for r in records]
+    if any(reasons):  # items the env could not score (a SQL task whose gold statement fails), by reason
+        metrics["unscorable_reasons"] = _count(x for x in reasons if x)
     judged = [r["judge"].get("status") for r in records if isinstance(r.get("judge"), dict)]
     if judged:
         metrics["judge_status"] = {"ok": 0, "fallback": 0, **_count(judged)}

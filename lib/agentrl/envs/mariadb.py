@@ -17,8 +17,11 @@ statement that outlives the time limit by more than a grace period, whatever the
 commits on its own, and a write that grows the table past the size cap is rolled back. Errors (syntax,
 permission, time limit) come back as ``Error: ...`` text; no exception leaves ``execute_sql``.
 
-Scoring is SQLEnv's (agentrl.envs.sql), with the table hash computed natively by AgentBench's own query and the
-expected final table made by the gold statement on a scratch copy run as a separate restricted user.
+Scoring is SQLEnv's (agentrl.envs.sql), with the table hash computed natively by AgentBench's own query (on an
+admin connection of the episode's own), the expected final table and hash made by the gold statement on a scratch
+copy run as a separate restricted user (cached per task), and exec credit's re-runs of the model's reads on
+perturbed copies of the table (agentrl.envs.sql_credit), each a database only the episode's user may SELECT from.
+An interrupt (item timeout) kills whichever of these queries is running.
 
 Sample::
 
@@ -35,7 +38,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import json
 import os
 import re
@@ -50,7 +52,7 @@ import weakref
 from collections import Counter
 from pathlib import Path
 
-from agentrl.envs.sql import SQLEnv, SQLLimits, normalize_value
+from agentrl.envs.sql import GoldResult, SQLEnv, SQLLimits, normalize_value
 from agentrl.io import DataError
 
 INSTALL_HINT = "apt-get install mariadb-server (Debian/Ubuntu) puts them on PATH"
@@ -62,6 +64,7 @@ ALLOWED = {"SELECT", "WITH", "VALUES", "TABLE", "(", "SHOW", "DESCRIBE", "DESC",
 WRITES = {"INSERT", "UPDATE", "DELETE", "REPLACE"}
 _READS = {"SELECT", "WITH", "VALUES", "TABLE", "("}
 _INTERRUPTED = {1317, 1969, 3024}  # query interrupted (KILL QUERY), max_statement_time exceeded (MariaDB, MySQL)
+_LOST = {0, 2006, 2013}  # the connection is gone
 WATCHDOG_GRACE = 1.0  # seconds past the time limit before the watchdog kills a statement the server did not stop
 MAX_TABLE_ROWS = 100_000
 MAX_TABLE_CHARS = 16_000_000  # the SQLite backend's 16 MB page cap, as text size
@@ -111,8 +114,6 @@ class MariaDBServer:
         self._gold_password = secrets.token_hex(16)
         self._lock = threading.RLock()
         self._admin = None
-        self._gold = None
-        self._gold_lock = threading.Lock()
 
     @property
     def socket(self) -> str:
@@ -228,35 +229,38 @@ class MariaDBServer:
                     self._admin = None  # a dropped connection: reconnect once
             return []
 
-    def gold(self, table: dict, statement: str) -> Counter | None:
-        """Return the task table after ``statement`` on a scratch copy, run as the restricted gold user, as a
-        multiset of normalised rows; None when the statement fails."""
+    def gold(self, table: dict, statement: str, register=None) -> GoldResult:
+        """Run ``statement`` on a scratch copy of the task table as the restricted gold user, on a connection of its
+        own (handed to ``register`` first, so that an interrupt can kill its query); return the table after it
+        (normalised rows) and AgentBench's hash of it, or the server's error when the statement fails. Raises the
+        pymysql error when the connection is lost or the query killed: that is no verdict on the statement."""
         import pymysql
 
         database = "gold_" + secrets.token_hex(6)
         self._create(database, table)
+        conn = None
         try:
-            with self._gold_lock:
-                for _attempt in (0, 1):
-                    if self._gold is None:
-                        self._gold = self.connect("agentrl_gold", self._gold_password)
-                    conn = self._gold
-                    try:
-                        with conn.cursor() as cur:
-                            cur.execute(f"USE {backtick(database)}")
-                            cur.execute(statement)
-                            cur.execute(f"SELECT * FROM {backtick(table['table_name'])}")
-                            rows = cur.fetchall()
-                        conn.commit()
-                        return Counter(tuple(normalize_value(_text(v)) for v in r) for r in rows)
-                    except pymysql.MySQLError as exc:
-                        with contextlib.suppress(Exception):
-                            conn.rollback()
-                        if not (isinstance(exc, pymysql.err.InterfaceError) or exc.args[0] in (0, 2006, 2013)):
-                            return None  # the statement itself failed (the result is cached: it is the task's)
-                        self._gold = None  # a lost connection is no verdict on the statement: once more
-                return None
+            conn = self.connect("agentrl_gold", self._gold_password, database)
+            if register is not None:
+                register(conn)
+            with conn.cursor() as cur:
+                try:
+                    cur.execute(statement)
+                except pymysql.MySQLError as exc:
+                    if isinstance(exc, pymysql.err.InterfaceError) or exc.args[0] in _LOST | {1317}:
+                        raise
+                    return GoldResult(None, None, f"{exc.args[0]}: {exc.args[-1]}")
+                cur.execute(f"SELECT * FROM {backtick(table['table_name'])}")
+                rows = cur.fetchall()
+                cur.execute(agentbench_hash_sql(table))
+                digest = cur.fetchone()[0]
+            conn.commit()
+            return GoldResult(Counter(tuple(normalize_value(_text(v)) for v in r) for r in rows),
+                              None if digest is None else _text(digest), None)
         finally:
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
             self.admin([f"DROP DATABASE IF EXISTS {backtick(database)}"])
 
     def _create(self, database: str, table: dict) -> None:
@@ -314,10 +318,9 @@ class MariaDBServer:
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 10 s) and remove its directory."""
         with self._lock:
-            for conn in (self._admin, self._gold):
-                with contextlib.suppress(Exception):
-                    conn.close()
-            self._admin = self._gold = None
+            with contextlib.suppress(Exception):
+                self._admin.close()
+            self._admin = None
             if self.proc is not None:
                 _stop_process(self.proc, None)
             self._cleanup()
@@ -444,6 +447,8 @@ class MariaDBEnv(SQLEnv):
     """SQLEnv on a per-episode MariaDB database and user (see the module docstring); the same tool, rewards and
     scoring. ``server`` defaults to the process's shared server, started on the first episode."""
 
+    BACKEND = "MariaDB"
+
     def __init__(self, limits: SQLLimits | None = None, max_calls: int | None = None, partial_credit: float = 0.1,
                  jaccard: bool = False, scoring: str = "agentbench", server: MariaDBServer | None = None):
         self._server = server
@@ -451,6 +456,8 @@ class MariaDBEnv(SQLEnv):
         self._finalizer = None
         self._busy = threading.Lock()
         self._stale = False  # the episode connection was lost: reconnect before the next statement
+        self._score_conn = None  # an admin connection of this episode's scoring (an interrupt kills its query)
+        self._variants: dict[str, str] = {}  # perturbed copies of the table for exec credit: variant -> database
         super().__init__(limits, max_calls, partial_credit, jaccard, scoring)
 
     def execute_sql(self, query: str) -> str:
@@ -479,7 +486,7 @@ class MariaDBEnv(SQLEnv):
             _drop(server, database, None)
             raise
         self._conn, self._database, self._password = conn, database, password
-        self._finalizer = weakref.finalize(self, _drop, server, database, conn)
+        self._finalizer = weakref.finalize(self, _drop, server, database, conn, self._variants)
         rows = table["table_info"].get("rows") or []
         self._initial = Counter(tuple(normalize_value(str(v)) for v in r) for r in rows)
 
@@ -492,7 +499,13 @@ class MariaDBEnv(SQLEnv):
         return conn
 
     def _close(self) -> None:
-        """End the episode: close the connection, drop its user and database (idempotent)."""
+        """End the episode: close the connections, drop its user and databases (idempotent)."""
+        if self._score_conn is not None:
+            with self._scratch_lock:
+                self._scratch.discard(self._score_conn)
+            with contextlib.suppress(Exception):
+                self._score_conn.close()
+            self._score_conn = None
         if self._finalizer is not None:
             if not self._busy.acquire(timeout=self._limits.time_limit + 2 * WATCHDOG_GRACE):
                 with contextlib.suppress(Exception):  # stuck: cut the connection off
@@ -501,20 +514,56 @@ class MariaDBEnv(SQLEnv):
                 self._busy.release()
             self._finalizer()
         self._finalizer, self._conn, self._database = None, None, None
+        self._variants = {}
 
     def _interrupt(self) -> None:
-        """Stop the statement running now (the item was cancelled): KILL QUERY from an admin connection."""
+        """Stop the statement running now (the item was cancelled), the model's or one of scoring's: KILL QUERY from
+        an admin connection; scoring then stops with ScoringInterrupted."""
+        self._cancel.set()
         conn, server = self._conn, self._server
-        if conn is not None and server is not None and self._busy.locked():
-            server.kill_query(conn.thread_id())
+        if server is None:
+            return
+        with self._scratch_lock:
+            scoring = list(self._scratch)
+        for c in ([conn] if conn is not None and self._busy.locked() else []) + scoring:
+            with contextlib.suppress(Exception):
+                server.kill_query(c.thread_id())
 
     # ------------------------------------------------------------------ statements
 
-    def _run(self, query: str) -> tuple[list[str], list[tuple], bool, int, bool]:
-        """Run one statement of the model's; return ``(columns, rows, complete, changed, read_task_table)``.
-        Raises ValueError (refused statement) or pymysql errors, which ``_execute`` turns into text."""
+    def _prepare(self, query):
+        """MySQL runs the model's statement as written."""
+        return query
+
+    @contextlib.contextmanager
+    def _episode_connection(self):
+        """The episode's connection, held for one statement: reconnected when lost, a watchdog that kills the
+        query past the time limit, rolled back on error (and marked lost when the connection went)."""
         import pymysql
 
+        with self._busy:
+            if self._stale:
+                self._reconnect()
+            conn = self._conn
+            timer = threading.Timer(self._limits.time_limit + WATCHDOG_GRACE, self._server.kill_query,
+                                    (conn.thread_id(),))
+            timer.daemon = True
+            timer.start()
+            try:
+                yield conn
+            except Exception as exc:
+                with contextlib.suppress(Exception):
+                    conn.rollback()
+                if isinstance(exc, pymysql.err.InterfaceError) or \
+                        (isinstance(exc, pymysql.err.OperationalError) and exc.args[0] in _LOST):
+                    self._stale = True
+                raise
+            finally:
+                timer.cancel()
+
+    def _run(self, query: str) -> tuple[list[str], list[tuple], bool, int, bool, bool]:
+        """Run one statement of the model's; return ``(columns, rows, complete, changed, read_task_table,
+        write)``. Raises ValueError (refused statement) or pymysql errors, which ``_execute`` turns into text."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty SQL statement")
         if "\x00" in query:
@@ -526,30 +575,13 @@ class MariaDBEnv(SQLEnv):
             raise ValueError(f"'{keyword or query.strip()[:20]}' statements are not allowed here (or not SQL): only "
                              "SELECT, SHOW, DESCRIBE, EXPLAIN and INSERT/UPDATE/DELETE/REPLACE on the task's table "
                              "(each statement commits itself)")
-        with self._busy:
-            if self._stale:
-                self._reconnect()
-            conn = self._conn
-            timer = threading.Timer(self._limits.time_limit + WATCHDOG_GRACE, self._server.kill_query,
-                                    (conn.thread_id(),))
-            timer.daemon = True
-            timer.start()
-            try:
-                columns, rows, complete, changed = self._fetch(conn, query, keyword)
-                if changed:
-                    self._check_size(conn)
-                read = bool(columns) and keyword in _READS and self._reads_table(conn, query)
-                conn.commit()
-                return columns, rows, complete, changed, read
-            except Exception as exc:
-                with contextlib.suppress(Exception):
-                    conn.rollback()
-                if isinstance(exc, pymysql.err.InterfaceError) or \
-                        (isinstance(exc, pymysql.err.OperationalError) and exc.args[0] in (0, 2006, 2013)):
-                    self._stale = True
-                raise
-            finally:
-                timer.cancel()
+        with self._episode_connection() as conn:
+            columns, rows, complete, changed = self._fetch(conn, query, keyword)
+            if changed:
+                self._check_size(conn)
+            read = bool(columns) and keyword in _READS and self._reads_table(conn, query)
+            conn.commit()
+            return columns, rows, complete, changed, read, keyword in WRITES
 
     def _fetch(self, conn, query: str, keyword: str) -> tuple[list[str], list[tuple], bool, int]:
         """Execute and read the result row by row under SQLEnv's caps (rows kept for scoring, text budget)."""
@@ -619,7 +651,7 @@ class MariaDBEnv(SQLEnv):
         self._conn, self._stale = conn, False
         if self._finalizer is not None:
             self._finalizer.detach()
-            self._finalizer = weakref.finalize(self, _drop, self._server, self._database, conn)
+            self._finalizer = weakref.finalize(self, _drop, self._server, self._database, conn, self._variants)
 
     def _error_text(self, exc: Exception) -> str:
         """The model's view of a failed statement: the server's message, the time limit named."""
@@ -633,42 +665,133 @@ class MariaDBEnv(SQLEnv):
 
     # ------------------------------------------------------------------ scoring hooks
 
+    def _scoring_rows(self, sql: str) -> list:
+        """Rows of a trusted statement on the episode's database, on this episode's scoring connection (admin; an
+        interrupt kills its query)."""
+        self._check_cancel()
+        if self._score_conn is None:
+            conn = self._server._connect_admin()
+            conn.select_db(self._database)
+            with self._scratch_lock:
+                self._scratch.add(conn)
+            self._score_conn = conn
+        try:
+            with self._score_conn.cursor() as cur:
+                cur.execute(sql)
+                return list(cur.fetchall())
+        except Exception:
+            self._check_cancel()  # a killed query is an interrupt, not an error of the episode
+            raise
+
     def _final_state(self) -> Counter | None:
         """The task table now, as a multiset of normalised rows (None without a database)."""
         if self._database is None:
             return None
-        rows = self._server.admin([f"SELECT * FROM {backtick(self._meta['table']['table_name'])}"],
-                                  database=self._database)
+        rows = self._scoring_rows(f"SELECT * FROM {backtick(self._meta['table']['table_name'])}")
         return Counter(tuple(normalize_value(_text(v)) for v in r) for r in rows)
-
-    def _expected_state(self) -> Counter | None:
-        """The table after the gold statement on a fresh copy (cached per table and statement); None when there is
-        no gold statement or it fails."""
-        gold = self._meta.get("sql")
-        if not gold or self._server is None:
-            return None
-        return _gold_state(self._server, json.dumps(self._meta["table"], sort_keys=True), gold)
 
     def _agentbench_hash(self) -> str | None:
         """AgentBench's table hash, by its own query on the episode's database (None for an empty table)."""
-        rows = self._server.admin([agentbench_hash_sql(self._meta["table"])], database=self._database)
+        rows = self._scoring_rows(agentbench_hash_sql(self._meta["table"]))
         return _text(rows[0][0]) if rows and rows[0][0] is not None else None
 
+    def _run_gold(self, want_digest: bool) -> GoldResult:
+        """The gold statement's effect on a scratch copy (as the gold user; cached per table and statement, its
+        connection killed by an interrupt)."""
+        gold = self._meta.get("sql")
+        if not gold or self._server is None:
+            return GoldResult(None, None, "the task has no gold statement")
+        used: list = []
 
-def _drop(server: MariaDBServer, database: str, conn) -> None:
-    """Close an episode's connection and drop its user and database (errors ignored: the server may be gone)."""
+        def register(conn) -> None:
+            used.append(conn)
+            with self._scratch_lock:
+                self._scratch.add(conn)
+
+        try:
+            return gold_result(self._server, self._meta["table"], gold, register, self._cancel.is_set)
+        except Exception as exc:  # noqa: BLE001 - a lost connection twice: no verdict, reported as the reason
+            self._check_cancel()
+            return GoldResult(None, None, f"the server lost the gold statement's connection: {exc}")
+        finally:
+            with self._scratch_lock:
+                self._scratch.difference_update(used)
+
+    def _rerun(self, query: str, variant: str) -> tuple[list, bool] | None:
+        """Run a read of the episode's on a copy of the initial table (a database of its own, SELECT only for the
+        episode's user), on the episode's connection; ``(values, complete)`` or None when it fails."""
+        import pymysql
+
+        keyword = first_keyword(query)
+        if keyword not in _READS:
+            return None  # a write is no read of the data
+        self._check_cancel()
+        database = self._variant(variant)
+        try:
+            with self._episode_connection() as conn:
+                with conn.cursor() as cur:
+                    cur.execute(f"USE {backtick(database)}")
+                try:
+                    columns, rows, complete, _ = self._fetch(conn, query, keyword)
+                    conn.commit()
+                finally:
+                    with conn.cursor() as cur:
+                        cur.execute(f"USE {backtick(self._database)}")
+        except (pymysql.MySQLError, ValueError):
+            self._check_cancel()
+            return None
+        return ([v for r in rows for v in r], complete) if columns else None
+
+    def _variant(self, variant: str) -> str:
+        """The database holding the ``variant`` copy of the initial table (agentrl.envs.sql_credit), created on
+        first use and readable (only) by the episode's user; dropped with the episode."""
+        from agentrl.envs.sql_credit import perturbed_tables
+
+        if variant not in self._variants:
+            database = f"{self._database}_{variant}"
+            self._server._create(database, perturbed_tables(self._meta["table"])[variant])
+            self._variants[variant] = database
+            self._server.admin([f"GRANT SELECT ON {_grant_pattern(database)}.* TO '{self._database}'@'localhost'"])
+        return self._variants[variant]
+
+
+def _drop(server: MariaDBServer, database: str, conn, variants: dict | None = None) -> None:
+    """Close an episode's connection and drop its user and databases (errors ignored: the server may be gone)."""
     if conn is not None:
         with contextlib.suppress(Exception):
             conn.close()
     if server.proc is None or server.proc.poll() is not None:
         return
     with contextlib.suppress(Exception):
-        server.admin([f"DROP USER IF EXISTS '{database}'@'localhost'", f"DROP DATABASE IF EXISTS {backtick(database)}"])
+        server.admin([f"DROP USER IF EXISTS '{database}'@'localhost'", f"DROP DATABASE IF EXISTS {backtick(database)}",
+                      *(f"DROP DATABASE IF EXISTS {backtick(d)}" for d in (variants or {}).values())])
 
 
-@functools.lru_cache(maxsize=512)
-def _gold_state(server: MariaDBServer, table_json: str, gold: str) -> Counter | None:
-    return server.gold(json.loads(table_json), gold)
+_GOLD_CACHE: dict = {}
+_GOLD_CACHE_SIZE = 512
+_GOLD_LOCK = threading.Lock()
+
+
+def gold_result(server: MariaDBServer, table: dict, gold: str, register=None, cancelled=None) -> GoldResult:
+    """Return what the gold statement makes of the task table on ``server`` (MariaDBServer.gold), cached per table
+    and statement: a failing statement's error is the task's, so it is cached too; a lost connection is retried
+    once (unless ``cancelled()`` says the caller was interrupted) and never cached."""
+    key = (id(server), json.dumps(table, sort_keys=True), gold)
+    with _GOLD_LOCK:
+        if key in _GOLD_CACHE:
+            return _GOLD_CACHE[key]
+    for attempt in (0, 1):
+        try:
+            result = server.gold(table, gold, register)
+            break
+        except Exception:
+            if attempt or (cancelled is not None and cancelled()):
+                raise
+    with _GOLD_LOCK:
+        if len(_GOLD_CACHE) >= _GOLD_CACHE_SIZE:
+            _GOLD_CACHE.pop(next(iter(_GOLD_CACHE)))
+        _GOLD_CACHE[key] = result
+    return result
 
 
 def oracle_plan(row: dict) -> list:
@@ -679,7 +802,6 @@ def oracle_plan(row: dict) -> list:
     meta = row.get("metadata") or {}
     table = meta["table"]
     query = meta.get("sql")
-    if meta.get("kind") == "select" and query and \
-            _gold_state(shared_server(), json.dumps(table, sort_keys=True), query) is None:
+    if meta.get("kind") == "select" and query and gold_result(shared_server(), table, query).error is not None:
         query = None
     return oracle_turns(meta, query or f"SELECT * FROM {backtick(table['table_name'])} LIMIT 5")
