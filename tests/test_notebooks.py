@@ -193,6 +193,35 @@ def test_grpo_notebook_without_its_sft_adapter_stops_cleanly_under_marimo(tmp_pa
     assert not (work / "runs" / "grpo").exists()
 
 
+def test_eval_notebook_without_a_running_endpoint_runs_the_oracle_or_stops_when_the_endpoint_was_asked_for(tmp_path):
+    """A preset that evaluates a served model, on a runtime where nothing serves it: by default notebook 01 says how
+    to start the server and runs the oracle's demonstrations (what 02 curates); with `--policy endpoint` it stops
+    cleanly instead of sending every question to a dead server."""
+    from conftest import free_port
+
+    work = _gpu_workdir(tmp_path)
+    preset = tmp_path / "served.toml"
+    text = small_preset((ROOT / "configs" / "demo.toml").read_text())
+    text = text.replace('name = "oracle"\npolicy = "oracle"', 'name = "served"\npolicy = "endpoint"', 1)
+    preset.write_text(f'{text}\n[eval.endpoint]\nbase_url = "http://127.0.0.1:{free_port()}/v1"\n'
+                      'model = "Qwen/Qwen3-4B-Instruct-2507"\n')
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(ROOT / "notebooks" / "01_agent_eval.py"), "--", "--config",
+                               str(preset), *extra], env={**os.environ, "AGENTRL_WORKDIR": str(work)},
+                              capture_output=True, text=True, timeout=900)
+
+    asked = run("--policy", "endpoint")
+    assert asked.returncode == 0 and "No server answers" in asked.stdout and "vllm serve" in asked.stdout
+    assert not (work / "runs" / "eval").exists()
+    default = run()
+    assert default.returncode == 0, default.stderr[-2000:]
+    assert "No server answers" in default.stdout and "runs the **oracle**" in default.stdout
+    assert "--max-model-len 16384" in default.stdout
+    oracle = (work / "runs" / "eval" / "oracle" / "trajectories.jsonl").read_text().splitlines()
+    assert len(oracle) == 30 and not (work / "runs" / "eval" / "served").exists()  # [demo] train_questions
+
+
 def test_jupytext_brings_an_outside_ipynb_into_marimo(tmp_path):
     import nbformat
 

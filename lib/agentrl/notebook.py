@@ -81,10 +81,12 @@ GPU_PRESETS = {"T4": "colab_qwen3_4b", "L4": "colab_qwen3_4b", "A100-40": "colab
 def choose_preset(args: dict, default: str = "demo") -> tuple[dict, str]:
     """Return ``(preset, sentence saying which and why)``: ``--config`` when given, else on a machine with an
     NVIDIA GPU the GPU preset for its card (GPU_PRESETS), else ``default``; with a GPU the preset's
-    ``[gpu.<CARD>]`` settings are merged in. Every notebook calls it, so all five use the same preset."""
+    ``[gpu.<CARD>]`` settings are merged in. Every notebook calls it, so all five use the same preset. In Jupyter
+    it also ends an earlier :func:`stop` (the notebook is deciding again from here)."""
     from agentrl.config import load_preset
     from agentrl.gpu_plan import apply_card, query_gpus
 
+    _resume_cells()
     gpus = query_gpus()
     card = gpus[0].card if gpus else None
     name = args.get("config") or (GPU_PRESETS[card] if card else default)
@@ -122,7 +124,6 @@ def phase_inputs(preset: dict, phase: str, env: str = "search") -> Inputs:
     from agentrl.train.grpo import grpo_config
     from agentrl.train.sft import run_sft, sft_config
 
-    _resume_cells()
     out = Inputs()
     adapter = grpo_config(preset).adapter if phase == "grpo" else None
     need_adapter = bool(adapter) and not (Path(adapter) / "adapter_config.json").is_file()
@@ -249,7 +250,7 @@ def serve_command(model: str, adapter: str | None = None) -> str:
 def stop(message: str) -> None:
     """Stop the notebook here with ``message`` and no error. Under marimo (edit, run, ``python nb.py``) the cell
     stops and its descendants do not run. In Jupyter every later cell runs as a one-line note instead (an IPython
-    input transformer) until a cell that calls :func:`phase_inputs` runs again; "Run all" thus ends cleanly."""
+    input transformer) until the cell that calls :func:`choose_preset` runs again; "Run all" thus ends cleanly."""
     import marimo as mo
 
     print(message)
@@ -273,7 +274,7 @@ def stop(message: str) -> None:
     shell.input_transformers_post.append(skip)
 
 
-_RESUME = "nb.phase_inputs("  # the cell that decides again runs even while later cells are skipped
+_RESUME = "nb.choose_preset("  # the cell that decides again runs even while later cells are skipped
 
 
 def _resume_cells() -> None:
