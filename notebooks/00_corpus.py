@@ -8,7 +8,6 @@ with app.setup:
     import polars as pl
 
     from agentrl import notebook as nb
-    from agentrl.config import load_preset
     from agentrl.pipeline import corpus_and_index, corpus_paths, eval_qa_path
     from agentrl.retrieval import Retriever
     from agentrl.retrieval_eval import recall_chart, results_table, run_retrieval_eval
@@ -26,7 +25,8 @@ def _():
     over all gold and over the gold that is actually in the corpus.
 
     Headless: `uv run python notebooks/00_corpus.py -- --config demo` (or `agentrl corpus / index /
-    retrieval-eval`). Writes `runs/corpus/<name>/` (corpus, index, `retrieval_eval.json`).
+    retrieval-eval`). Without `--config` every notebook picks the same preset: the GPU preset for the card it
+    finds (docs/colab.md), else `demo`. Writes `runs/corpus/<name>/` (corpus, index, `retrieval_eval.json`).
     """)
     return
 
@@ -34,9 +34,10 @@ def _():
 @app.cell
 def _():
     args = nb.cli_args()
-    preset = load_preset(nb.arg(args, "config", "demo"))
+    preset, which = nb.choose_preset(args)
     rebuild = nb.arg(args, "rebuild", False)
-    preset["corpus"]
+    print(which.replace("**", ""))
+    mo.md(f"{which} · corpus `{preset['corpus']}`")
     return preset, rebuild
 
 

@@ -10,7 +10,6 @@ with app.setup:
     import marimo as mo
 
     from agentrl import notebook as nb
-    from agentrl.config import load_preset
     from agentrl.evaluate import build_task, eval_config, run_eval
     from agentrl.io import read_json, read_jsonl
     from agentrl.viewer import chat_markdown, metric_by_type_chart, trajectories_frame
@@ -29,7 +28,9 @@ def _():
 
     Headless: `uv run python notebooks/01_agent_eval.py -- --config demo --policy oracle`
     or `agentrl eval --config demo --policy endpoint --base-url http://localhost:8000/v1
-    --model Qwen/Qwen3-4B-Instruct-2507`.
+    --model Qwen/Qwen3-4B-Instruct-2507`. The preset is the one every notebook picks (the GPU preset for the
+    card, else `demo`); when its endpoint is not running and no `--policy` was given, the oracle runs instead
+    (the demonstrations phase 02 curates), with a note saying how to serve the model.
     Writes `runs/eval/<name>/` (`trajectories.jsonl`, `metrics.json`, `manifest.json`); reruns resume.
     """)
     return
@@ -38,7 +39,7 @@ def _():
 @app.cell
 def _():
     args = nb.cli_args()
-    preset = load_preset(nb.arg(args, "config", "demo"))
+    preset, which = nb.choose_preset(args)
     defaults = preset.get("eval", {})
     # the demo keeps its last questions out of the oracle run: they are the SFT check's held-out set
     default_limit = defaults.get("limit") or (preset.get("demo") or {}).get("train_questions") or 200
@@ -57,25 +58,44 @@ def _():
     limit = mo.ui.number(start=1, stop=100_000, value=nb.arg(args, "limit", default_limit), label="questions")
     name = mo.ui.text(value=nb.arg(args, "name", defaults.get("name", "eval")), label="run name")
     run_button = mo.ui.run_button(label="Run evaluation")
-    mo.vstack([mo.hstack([env, policy, name, limit]), mo.hstack([base_url, model, local_model]),
+    print(which.replace("**", ""))
+    mo.vstack([mo.md(which), mo.hstack([env, policy, name, limit]), mo.hstack([base_url, model, local_model]),
                mo.hstack([temperature, max_tokens, extra_body]), run_button,
                mo.md("The API key is read from `OPENAI_API_KEY` or `.env`, never from this form.")])
-    return (base_url, env, extra_body, limit, local_model, max_tokens, model, name, policy, preset, run_button,
-            temperature)
+    return (args, base_url, env, extra_body, limit, local_model, max_tokens, model, name, policy, preset,
+            run_button, temperature)
 
 
 @app.cell
-def _(base_url, env, extra_body, limit, local_model, max_tokens, model, name, policy, preset, run_button,
-      temperature):
+def _(args, base_url, env, extra_body, limit, local_model, max_tokens, model, name, policy, preset, temperature):
     cfg = eval_config(preset, env=env.value, policy=policy.value, name=name.value, limit=int(limit.value),
                       model_path=nb.prepared_model(local_model.value) if policy.value == "local" else None,
                       base_url=base_url.value or None, model=model.value or None,
                       temperature=float(temperature.value), max_tokens=int(max_tokens.value),
                       extra_body=extra_body.value or None)
+    _note = ""
+    if cfg.policy == "endpoint" and not nb.endpoint_up(cfg.endpoint.base_url):
+        _note = (f"No server answers at `{cfg.endpoint.base_url}`. To evaluate a served model, start it first: "
+                 f"`{nb.serve_command(cfg.endpoint.model)}`, then run this notebook again")
+        if "policy" not in args:  # the preset's default: go on with the oracle, whose runs phase 02 curates
+            _search = cfg.env == "search"
+            cfg = nb.oracle_config(preset, env=cfg.env, name=None if _search else f"{cfg.env}_oracle",
+                                   limit=None if _search else cfg.limit)
+            _note += f". Meanwhile this runs the **oracle** (gold evidence through the real tools) as `{cfg.name}`."
+    print(_note or f"evaluating {cfg.policy} as {cfg.name}")
+    if _note and "policy" in args:
+        nb.stop(_note + ".")  # --policy endpoint was asked for: nothing to evaluate
+    mo.md(_note)
+    return (cfg,)
+
+
+@app.cell
+def _(cfg, preset, run_button):
     out_dir = Path("runs") / "eval" / cfg.name
     mo.stop(nb.interactive() and not ((out_dir / "metrics.json").exists() or run_button.value),
             mo.md("Press **Run evaluation** (results of an earlier run with this name show up here directly)."))
     if run_button.value or not nb.interactive():
+        _inputs = nb.phase_inputs(preset, "eval", env=cfg.env)  # a fresh runtime: the corpus index first
         # in chunks, so the table fills in as trajectories arrive (each chunk resumes the run)
         _step = max(2 * cfg.run.concurrency, 50) if nb.interactive() else cfg.limit
         _task = build_task(cfg, preset)  # the retriever is loaded once, not per chunk

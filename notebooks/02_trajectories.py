@@ -10,9 +10,8 @@ with app.setup:
     import polars as pl
 
     from agentrl import notebook as nb
-    from agentrl.config import load_preset
-    from agentrl.curate import curate, data_config
-    from agentrl.export import FORMATS, export
+    from agentrl.curate import data_config
+    from agentrl.export import FORMATS
     from agentrl.stats import charts, compute_stats, stats_markdown
     from agentrl.trajectories import read_trajectory, trajectory_frame
     from agentrl.viewer import chat_markdown
@@ -30,7 +29,8 @@ def _():
     by question, and export to TRL, ms-swift and ShareGPT.
 
     Headless: `uv run python notebooks/02_trajectories.py -- --config demo --runs runs/eval/oracle`
-    (or `agentrl analyze / curate / export`). Writes `runs/data/<name>/`.
+    (or `agentrl analyze / curate / export`). The preset is the one every notebook picks; without any
+    trajectories on this runtime the oracle's demonstrations are built first. Writes `runs/data/<name>/`.
     """)
     return
 
@@ -38,17 +38,33 @@ def _():
 @app.cell
 def _():
     args = nb.cli_args()
-    preset = load_preset(nb.arg(args, "config", "demo"))
+    preset, which = nb.choose_preset(args)
     # --env textgame|math|code|sql: that environment's oracle run (notebook 01 / agentrl demo) instead
     _env = nb.arg(args, "env", "search")
-    _default = "runs/eval/oracle,runs/eval/tiny_base" if _env == "search" else f"runs/eval/{_env}_oracle"
-    runs = [r for r in str(nb.arg(args, "runs", _default)).split(",") if Path(r).exists()]
-    mo.stop(not runs, mo.md("No trajectories yet: run notebook 01 (or `agentrl eval`) first."))
+    _inputs = nb.phase_inputs(preset, "data", env=_env) if "runs" not in args else nb.Inputs()
+    if "runs" in args:
+        _default = str(args["runs"]).split(",")
+    elif _env == "search":  # the preset's own runs (and the demo's untrained model, for the statistics)
+        _default = [*nb.existing_runs(preset), "runs/eval/tiny_base"]
+    else:
+        _default = [f"runs/eval/{_env}_oracle"]
+    runs = [r for r in _default if Path(r).exists()]
+    print(which.replace("**", ""), _inputs)
+    if not runs:
+        nb.stop(f"No trajectories of {', '.join(_default)}: run notebook 01 first (e.g. `--env {_env} --policy "
+                f"oracle`, or `agentrl eval --config {nb.preset_name(preset)} --env {_env} --policy oracle "
+                f"--name {_env}_oracle`).")
+    mo.md(f"{which} {_inputs}")
+    return preset, runs
+
+
+@app.cell
+def _(runs):
     df = trajectory_frame(runs)
     stats = compute_stats(df)
     print(f"{stats['total']} trajectories from {runs}: {stats['success_f1']} successes (F1 >= 0.8)")
     mo.md(stats_markdown(stats, f"Statistics of {', '.join(runs)}"))
-    return df, preset, runs
+    return (df,)
 
 
 @app.cell
@@ -98,8 +114,8 @@ def _(curate_button, preset, runs):
     out = Path("runs") / "data" / cfg.name
     mo.stop(nb.interactive() and not curate_button.value,
             mo.md(f"Press **Curate + export** to write `{out}` with the preset's `[data]` settings."))
-    report = curate(runs, cfg, out)
-    counts = export(out, FORMATS)
+    _done = nb.curate_runs(preset, runs, out)
+    report, counts = _done["report"], _done["counts"]
     print(f"curated {out}: {report['written']}; exported {list(FORMATS)}: {counts}")
     mo.vstack([mo.md(f"Wrote `{out}`: {report['written']}, exported as {', '.join(FORMATS)}"),
                pl.DataFrame(report["steps"])])

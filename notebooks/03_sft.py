@@ -27,7 +27,10 @@ def _():
     calls and answers; prompts and tool results are context) — then runs the agent with the adapter on
     held-out questions next to the base model. Unsloth on a CUDA GPU, transformers + peft elsewhere.
 
-    Headless: `uv run python notebooks/03_sft.py -- --config demo` (or `agentrl sft --config demo`).
+    Headless: `uv run python notebooks/03_sft.py -- --config demo` (or `agentrl sft --config demo`). The preset
+    is the one every notebook picks (the GPU preset for the card, else `demo`); on a fresh runtime the SFT data
+    is built first (corpus + index, the oracle's demonstrations, curation). `--resume` continues from the last
+    checkpoint; `--overwrite` deletes an earlier run's checkpoints instead of moving them aside.
     Writes `runs/sft/<name>/` (`adapter/`, `check/`, `metrics.json`, `manifest.json`).
     """)
     return
@@ -50,16 +53,19 @@ def _(model_pick):
 
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
-    built = nb.ensure_demo_inputs(preset, "sft")  # a fresh runtime: the demo's earlier phases, quickly
+    inputs = nb.phase_inputs(preset, "sft")  # a fresh runtime: the earlier phases' outputs, built here
     settings = sft.sft_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None),
                               model_name=nb.prepared_model(model_pick.value))
     backend, reason = choose_backend(settings.model.backend)
+    print(which.replace("**", ""), inputs, f"backend {backend} ({reason})")
+    if inputs.missing:
+        nb.stop(inputs.missing)
     mo.md(f"""
     ## 1 · Install
     Locally `uv sync` has everything for the CPU path. On Colab or a GPU box the exported notebook's first cell
     installs the pinned GPU stack and this repository (`scripts/export_to_ipynb.sh`).
 
-    {which}{" · built first: " + ", ".join(built) if built else ""} ·
+    {which} {inputs} ·
     torch {torch.__version__} · CUDA available: **{torch.cuda.is_available()}** · unsloth installed:
     **{importlib.util.find_spec("unsloth") is not None}** → backend **{backend}** ({reason})
     """)
@@ -100,7 +106,8 @@ def _(args, data, loaded, settings, train_button):
     mo.stop(nb.interactive() and not train_button.value,
             mo.md(f"Press **Train** ({settings.max_steps} steps, lr {settings.learning_rate})."))
     trainer = sft.make_trainer(settings, loaded, data, out)
-    metrics = sft.train(trainer, loaded, data, resume=nb.arg(args, "resume", False))
+    metrics = sft.train(trainer, loaded, data, resume=nb.arg(args, "resume", False),
+                        overwrite=nb.arg(args, "overwrite", False))
     sft.save_adapter(trainer.model, loaded.tokenizer, out, settings)
     loss = pl.DataFrame(metrics["loss"])
     print(f"loss {loss['loss'][0]:.3f} -> {loss['loss'][-1]:.3f} over {metrics['steps']} steps")

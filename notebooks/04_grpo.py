@@ -26,8 +26,10 @@ def _():
     are plain functions with weights from the preset, and the policy is evaluated with the agent loop on
     held-out questions along the way.
 
-    Headless: `uv run python notebooks/04_grpo.py -- --config demo` (or `agentrl grpo --config demo`).
-    Writes `runs/grpo/<name>/` (`adapter/`, `metrics.json`, `eval/`, `manifest.json`).
+    Headless: `uv run python notebooks/04_grpo.py -- --config demo` (or `agentrl grpo --config demo`). The preset
+    is the one every notebook picks (the GPU preset for the card, else `demo`). On a fresh runtime the index is
+    built first, and for a CPU preset the SFT adapter too; a GPU preset's adapter comes from notebook 03 (this
+    notebook says so and stops). Writes `runs/grpo/<name>/` (`adapter/`, `metrics.json`, `eval/`, `manifest.json`).
     """)
     return
 
@@ -40,11 +42,20 @@ def _():
 
 
 @app.cell
-def _(model_pick):
+def _():
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
-    built = nb.ensure_demo_inputs(preset, "grpo")  # a fresh runtime: the demo's earlier phases, quickly
     # --env textgame|math|code|sql|mixed (mixed: the preset's [grpo] mixture) picks the task family
+    inputs = nb.phase_inputs(preset, "grpo", env=nb.arg(args, "env", "search"))  # a fresh runtime: built here
+    print(which.replace("**", ""), inputs)
+    if inputs.missing:
+        nb.stop(inputs.missing)
+    mo.md(f"{which} {inputs}")
+    return args, inputs, preset, which
+
+
+@app.cell
+def _(args, inputs, model_pick, preset, which):
     settings = grpo.grpo_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None),
                                 env=nb.arg(args, "env", None), model_name=nb.prepared_model(model_pick.value))
     settings.adapter = nb.adapter_for(settings.adapter, nb.prepared_model(model_pick.value))
@@ -52,13 +63,13 @@ def _(model_pick):
     env = task.make_env()
     mo.md(f"""
     ## 1 · Environment
-    {which}{" · built first: " + ", ".join(built) if built else ""}
+    {which} {inputs}
 
     `{settings.env}`: `{type(env).__name__}` · tools: {", ".join(f"`{t}`" for t in tool_methods(env))} ·
     training questions from {settings.train_offset} ({settings.train_questions or "all"}) ·
     start from `{settings.adapter or settings.model.name}`
     """)
-    return args, preset, settings, task
+    return settings, task
 
 
 @app.cell
@@ -91,7 +102,8 @@ def _():
 def _(args, preset, settings, train_button):
     mo.stop(nb.interactive() and not train_button.value,
             mo.md(f"Press **Train with GRPO** ({settings.max_steps} steps of {settings.batch_size} rollouts)."))
-    result = grpo.run_grpo(settings, preset, resume=nb.arg(args, "resume", False))
+    result = grpo.run_grpo(settings, preset, resume=nb.arg(args, "resume", False),
+                           overwrite=nb.arg(args, "overwrite", False))
     grpo.print_grpo_summary(result.metrics, result.out)
     return (result,)
 
@@ -118,11 +130,11 @@ def _(result):
 
 
 @app.cell
-def _(result):
+def _(result, settings):
     mo.md(f"""
     ## 6 · Save
     The adapter is in `{result.out / "adapter"}`. Serve it with
-    `vllm serve <base model> --enable-lora --max-lora-rank 64 --lora-modules agent={result.out / "adapter"}`
+    `{nb.serve_command(settings.model.name, result.out / "adapter")}`
     (vLLM's default rank limit is 16; the presets train r 64), or merge it
     (`agentrl.train.sft.merge_adapter`) for a standalone 16-bit model.
     """)

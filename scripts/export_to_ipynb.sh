@@ -10,7 +10,8 @@
 # `git clone . dir`) is followed to that repository's own origin; with no network URL at the end of the chain
 # the script stops and asks for AGENTRL_GIT_URL (or --bundle). With --bundle the notebooks need no clone at all:
 # copy the output directory to the GPU machine (scp -r build/ipynb gpu:) and open the notebooks there; the setup
-# cell installs the wheel next to them together with the pinned GPU stack.
+# cell installs the wheel next to them together with the pinned GPU stack. An SSH origin is written as its https
+# form, and credentials in an https origin are dropped.
 # OUT_DIR sets the output directory. Works in a fresh clone before `uv sync` (marimo runs from uv's tool cache).
 # A notebook that fails to export fails the script (non-zero exit), and nothing half-written is left for it.
 set -euo pipefail
@@ -21,7 +22,7 @@ notebooks=()
 for arg in "$@"; do
   case "$arg" in
     --bundle) bundle=1 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "error: unknown option $arg (see --help)" >&2; exit 2 ;;
     *) notebooks+=("$arg") ;;
   esac
@@ -39,7 +40,8 @@ else  # a fresh clone: the locked marimo from uv's tool cache, no project enviro
   marimo=("${uv[@]}" tool run --from "marimo==$(locked marimo)" --with "nbformat==$(locked nbformat)" marimo)
 fi
 
-# the clone URL: AGENTRL_GIT_URL, else origin (followed through local-path origins to a network URL)
+# the clone URL: AGENTRL_GIT_URL, else origin (followed through local-path origins to a network URL); SSH forms are
+# turned into https and credentials (https://user:token@host/...) dropped, so no key or token lands in a notebook
 origin_url() {
   local dir="$PWD" url
   for _ in 1 2 3 4 5; do
@@ -62,6 +64,9 @@ if [ -z "$git_url" ] && ! git_url="$(origin_url)"; then
     exit 2
   fi
   git_url=""
+fi
+if [ -n "$git_url" ]; then
+  git_url="$(PYTHONPATH=lib "$python" -m agentrl.colab clone-url "$git_url")" || exit 2
 fi
 ref="${AGENTRL_REF:-$(git rev-parse --abbrev-ref HEAD 2>/dev/null || echo main)}"
 if [ "$ref" = "HEAD" ]; then ref=main; fi

@@ -1,6 +1,8 @@
 """Every configs/accelerate/*.yaml the docs use turns into accelerate's launch environment and plugin, and the
-training arguments built under it are ones transformers' Trainer accepts: no gradient checkpointing on top of
-FSDP's activation checkpointing (the Trainer raises when both are set)."""
+settings chosen under it work: `backend = "auto"` picks transformers + peft on a CUDA machine with Unsloth
+installed, the detected card's single-GPU tables (Unsloth fast_inference on a 40 GB A100) are not applied, no
+gradient checkpointing on top of FSDP's activation checkpointing (the Trainer raises when both are set, and
+Unsloth's would recompute every layer a second time), and Unsloth's colocated vLLM is refused under FSDP."""
 
 import re
 
@@ -13,18 +15,20 @@ USED = sorted({m for d in DOCS if d.is_file()
                for m in re.findall(r"(?:configs/accelerate/|`)([\w-]+)\.yaml", d.read_text())})
 
 
-def launch_env(name: str) -> dict:
-    """The environment `accelerate launch --config_file configs/accelerate/<name>.yaml` gives each process."""
+def launch_env(name: str, ranks: bool = False) -> dict:
+    """The environment `accelerate launch --config_file configs/accelerate/<name>.yaml` gives each process; with
+    ``ranks`` also the WORLD_SIZE that torchrun (which accelerate starts) sets in each of them."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
     from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
 
     args = launch_command_parser().parse_args(["--config_file", str(REPO_ROOT / "configs" / "accelerate" /
                                                                     f"{name}.yaml"), "-m", "agentrl.cli", "sft"])
     args, defaults, _ = _validate_launch_command(args)
+    world = {"WORLD_SIZE": str(args.num_processes * args.num_machines)} if ranks else {}
     if args.use_deepspeed:
         args.deepspeed_fields_from_accelerate_config = ",".join(defaults.deepspeed_config)
-        return prepare_deepspeed_cmd_env(args)[1]
-    return prepare_multi_gpu_env(args)
+        return {**prepare_deepspeed_cmd_env(args)[1], **world}
+    return {**prepare_multi_gpu_env(args), **world}
 
 
 def test_the_docs_use_every_accelerate_config_that_ships():
@@ -35,10 +39,22 @@ def test_the_docs_use_every_accelerate_config_that_ships():
 @pytest.mark.parametrize("name", USED)
 def test_accelerate_config_builds_its_plugin_and_training_arguments(name, monkeypatch, tmp_path):
     from agentrl.train import grpo, sft
+    from agentrl.train.models import choose_backend, unsloth_checkpointing
 
     env = launch_env(name)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    preset = load_preset("demo" if name == "cpu_2proc" else "gpu_qwen2_5_7b")
+    s = sft.sft_config(preset)
+    # the preset's own backend ("auto" for SFT), on a CUDA machine with Unsloth installed, in one of the processes
+    # (WORLD_SIZE only here: TrainingArguments would join a process group under it)
+    with monkeypatch.context() as m:
+        m.setenv("WORLD_SIZE", launch_env(name, ranks=True)["WORLD_SIZE"])
+        backend, reason = choose_backend(s.model.backend, cuda=True, unsloth=True)
+        gbackend = choose_backend(grpo.grpo_config(preset).model.backend, cuda=True, unsloth=True)[0]
+    assert backend == gbackend == "transformers", reason
+    if s.model.backend == "auto":
+        assert "distributed launch" in reason
     fsdp_ckpt = False
     if env.get("ACCELERATE_USE_FSDP") == "true":
         from accelerate.utils import FullyShardedDataParallelPlugin
@@ -46,21 +62,67 @@ def test_accelerate_config_builds_its_plugin_and_training_arguments(name, monkey
         plugin = FullyShardedDataParallelPlugin()
         assert plugin.fsdp_version == 2 and plugin.activation_checkpointing
         fsdp_ckpt = plugin.activation_checkpointing
+    # an explicit backend = "unsloth": its offloaded checkpointing, except on top of FSDP's own
+    assert unsloth_checkpointing(s.model) == ("unsloth" if s.model.gradient_checkpointing and not fsdp_ckpt else False)
     if env.get("ACCELERATE_USE_DEEPSPEED") == "true":
         assert env["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "3"
         pytest.importorskip("deepspeed", reason="DeepSpeedPlugin needs deepspeed (installed on the GPU box)")
         from accelerate.utils import DeepSpeedPlugin
 
         assert DeepSpeedPlugin().zero_stage == 3
-    preset = load_preset("demo" if name == "cpu_2proc" else "gpu_qwen2_5_7b")
-    s = sft.sft_config(preset)
-    s.model.backend = "transformers"  # several GPUs: Unsloth's kernels are single-GPU (docs/scaling.md)
-    sft_args = sft.training_args(s, "transformers", None, tmp_path)
+    sft_args = sft.training_args(s, backend, None, tmp_path)
     g = grpo.grpo_config(preset)
-    g.model.backend, g.optim = "transformers", "adamw_torch"
-    grpo_args = grpo.training_args(g, [1.0], tmp_path)
+    g.optim = "adamw_torch"  # bitsandbytes' 8-bit AdamW needs CUDA to build the arguments
+    grpo_args = grpo.training_args(g, [1.0], tmp_path, gbackend)
     for args in (sft_args, grpo_args):
         assert not (fsdp_ckpt and args.gradient_checkpointing), "the Trainer refuses both checkpointing kinds"
         assert args.save_strategy == ("steps" if name != "cpu_2proc" else "no")
     if name in ("fsdp", "multi_gpu", "deepspeed_zero3"):  # the presets ask for checkpointing: FSDP does it instead
         assert sft_args.gradient_checkpointing == (not fsdp_ckpt)
+
+
+def test_a_single_process_on_a_gpu_still_gets_unsloth_for_auto(monkeypatch):
+    from agentrl.train.models import choose_backend
+
+    for key in ("WORLD_SIZE", "ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):
+        monkeypatch.delenv(key, raising=False)
+    assert choose_backend("auto", cuda=True, unsloth=True) == ("unsloth", "CUDA GPU present")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert choose_backend("auto", cuda=True, unsloth=True)[0] == "unsloth"
+
+
+@pytest.mark.parametrize("name", ["fsdp", "multi_gpu"])
+def test_under_accelerate_the_detected_cards_single_gpu_tables_are_not_applied(name, monkeypatch, tmp_path, capsys):
+    """gpu_qwen2_5_7b on 40 GB A100s (an nvidia-smi stand-in on PATH: the project's detection runs for real): a
+    single process gets [gpu.A100-40] (Unsloth + fast_inference), `accelerate launch` gets the base tables (TRL's
+    vLLM, transformers); `--gpu A100-40` still applies them, and then fast_inference is refused under FSDP
+    before anything is loaded."""
+    import os
+
+    from agentrl.cli import _preset, build_parser
+    from agentrl.io import DataError
+    from agentrl.train.grpo import grpo_config
+    from agentrl.train.models import check_fast_inference, choose_backend
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA A100-SXM4-40GB, 580.82.07, 8.0, 40960'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    for key in ("WORLD_SIZE", "ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):
+        monkeypatch.delenv(key, raising=False)
+    args = build_parser().parse_args(["grpo", "--config", "gpu_qwen2_5_7b"])
+    single = grpo_config(_preset(args))
+    assert single.model.backend == "unsloth" and single.model.fast_inference and not single.use_vllm
+    for key, value in launch_env(name, ranks=True).items():
+        monkeypatch.setenv(key, value)
+    launched = grpo_config(_preset(args))
+    assert "are not applied" in capsys.readouterr().err
+    assert launched.model.backend == "transformers" and not launched.model.fast_inference and launched.use_vllm
+    forced = grpo_config(_preset(build_parser().parse_args(["grpo", "--config", "gpu_qwen2_5_7b", "--gpu",
+                                                            "A100-40"])))
+    backend = choose_backend(forced.model.backend, cuda=True, unsloth=True)[0]
+    if name == "fsdp":
+        with pytest.raises(DataError, match="fast_inference = true cannot run under FSDP"):
+            check_fast_inference(forced.model, backend)
+    else:
+        check_fast_inference(forced.model, backend)  # DDP: one engine per process is Unsloth's to run

@@ -1,6 +1,8 @@
-"""The Colab / rented-GPU setup: driver check, the one pinned install call, restart notice, the export script on
-a fresh clone (origin URL, --bundle). The pins themselves resolve in CI (`python -m agentrl.colab check-pins`
-in .ci/run); nothing here installs the GPU stack."""
+"""The Colab / rented-GPU setup: driver check, the one pinned install call, the restart stop (a real install into a
+real venv), where uv comes from, externally managed Pythons, the export script on a fresh clone (origin URL made
+anonymous https, --bundle and its message when the bundle is missing), and the flags of every documented
+`vllm serve` command. The pins themselves resolve in CI (`python -m agentrl.colab check-pins` in .ci/run);
+nothing here installs the GPU stack."""
 
 import json
 import os
@@ -65,10 +67,121 @@ def test_the_gpu_stack_is_installed_even_when_agentrl_is_importable_and_skipped_
     assert colab.decide([], have_agentrl=False, repo="/r").install == ["-e", "/r"]
 
 
-def test_restart_is_needed_only_for_packages_already_imported():
-    pins = ["torch==2.13.0", "unsloth_zoo==2026.10.9", "vllm==0.30.0"]
-    assert colab.needs_restart(pins, {"torch": object(), "json": object()}) == ["torch"]
-    assert colab.needs_restart(pins, {}) == []
+def _wheel(out: Path, name: str, version: str) -> Path:
+    """Write a minimal pure-Python wheel of distribution ``name`` (module ``name``) at ``version``."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {f"{name}/__init__.py": f"VERSION = {version!r}\n",
+             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                   "Tag: py3-none-any\n",
+             f"{name}-{version}.dist-info/top_level.txt": f"{name}\n"}
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()}"
+              f",{len(text.encode())}" for path, text in files.items()]
+    files[f"{name}-{version}.dist-info/RECORD"] = "\n".join([*record, f"{name}-{version}.dist-info/RECORD,,"]) + "\n"
+    path = out / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for name_, text in files.items():
+            z.writestr(name_, text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    """A real virtual environment without pip (as uv makes them) holding agentrl_probe 1.0."""
+    root = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "env")], check=True, timeout=120)
+    python = root / "env" / "bin" / "python"
+    for version in ("1.0", "2.0"):
+        _wheel(root, "agentrl_probe", version)
+    _wheel(root, "agentrl_other", "1.0")
+    subprocess.run([shutil.which("uv"), "pip", "install", "--python", str(python), "--no-index",
+                    str(root / "agentrl_probe-1.0-py3-none-any.whl")], check=True, capture_output=True, timeout=120)
+    return python, root
+
+
+def _in_venv(python: Path, code: str, **env) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "AGENTRL_"))}
+    return subprocess.run([str(python), "-c", "import sys; sys.path.insert(0, sys.argv[1]); " + code,
+                           str(ROOT / "lib")], capture_output=True, text=True, timeout=300, env={**base, **env})
+
+
+def test_an_install_that_replaces_an_imported_package_stops_with_the_restart_message(venv):
+    """A real uv install into a real venv: agentrl_probe 1.0 is imported, the install brings 2.0 -> the setup stops
+    with RestartRequired naming it; installing a package nobody imported goes on."""
+    python, root = venv
+    uv = shutil.which("uv")
+    code = ("import agentrl_probe; from agentrl import colab; "
+            "assert colab.imported_versions()['agentrl_probe'] == '1.0'; "
+            f"colab.install_and_check([{uv!r}, 'pip', 'install', '--python', sys.executable, '--no-index', "
+            f"{str(root / 'agentrl_other-1.0-py3-none-any.whl')!r}]); print('other: no restart'); "
+            f"colab.install_and_check([{uv!r}, 'pip', 'install', '--python', sys.executable, '--no-index', "
+            f"{str(root / 'agentrl_probe-2.0-py3-none-any.whl')!r}])")
+    proc = _in_venv(python, code)
+    assert proc.returncode == 1, proc.stderr
+    assert "other: no restart" in proc.stdout
+    message = next(line for line in proc.stderr.splitlines() if "RESTART the runtime" in line)
+    assert "agentrl_probe 1.0 -> 2.0" in message
+    assert "agentrl_other" not in message  # installed, but never imported: no reason to restart
+
+
+def test_imported_versions_cover_every_imported_distribution_not_only_the_pins():
+    import certifi  # noqa: F401  (what a Colab kernel has imported before the setup cell: numpy, certifi, ...)
+    import numpy  # noqa: F401
+
+    found = colab.imported_versions()
+    from importlib import metadata
+
+    assert found["certifi"] == metadata.version("certifi") and found["numpy"] == metadata.version("numpy")
+    assert colab.replaced_since(found) == {}
+    assert colab.replaced_since({"numpy": "0.0.1"}) == {"numpy": ("0.0.1", metadata.version("numpy"))}
+    assert "numpy 0.0.1 -> " in colab.restart_message(colab.replaced_since({"numpy": "0.0.1"}))
+
+
+def test_uv_comes_from_path_in_a_venv_without_pip_or_the_setup_says_how_to_get_it(venv, tmp_path):
+    python, _ = venv
+    uv_dir = tmp_path / "uvbin"
+    uv_dir.mkdir()
+    (uv_dir / "uv").symlink_to(shutil.which("uv"))
+    found = _in_venv(python, "from agentrl import colab; print(colab.uv_command())", PATH=f"{uv_dir}:/usr/bin:/bin")
+    assert found.returncode == 0 and str(uv_dir / "uv") in found.stdout, found.stderr
+    none = _in_venv(python, "from agentrl import colab; colab.uv_command()", PATH="/nonexistent")
+    assert none.returncode == 1 and "neither uv nor pip" in none.stderr and "astral.sh/uv" in none.stderr
+    target = _in_venv(python, "from agentrl import colab; print(colab.install_target())")
+    assert target.stdout.strip() == "(False, None)"  # a venv installs as is
+
+
+@pytest.mark.skipif(not Path("/usr/lib/python3").is_dir() or subprocess.run(
+    ["/usr/bin/python3", "-c", "import sysconfig, pathlib, sys; sys.exit(not (pathlib.Path(sysconfig.get_path("
+     "'stdlib')) / 'EXTERNALLY-MANAGED').is_file())"], capture_output=True).returncode != 0,
+    reason="no externally managed system Python here")
+def test_an_externally_managed_python_stops_unless_breaking_system_packages_is_asked_for():
+    probe = "from agentrl import colab; print(colab.install_target())"
+    refused = _in_venv(Path("/usr/bin/python3"), probe)
+    assert "externally managed" in refused.stdout and "venv" in refused.stdout
+    assert "AGENTRL_BREAK_SYSTEM_PACKAGES=1" in refused.stdout and refused.stdout.startswith("(False, ")
+    allowed = _in_venv(Path("/usr/bin/python3"), probe, AGENTRL_BREAK_SYSTEM_PACKAGES="1")
+    assert allowed.stdout.strip().endswith("(True, None)") and "--break-system-packages" in allowed.stdout
+    cmd = colab.install_command(["x==1"], "/tmp/e", python="/usr/bin/python3", uv=["uv"], break_system=True)
+    assert cmd[:4] == ["uv", "pip", "install", "--python"] and "--break-system-packages" in cmd
+
+
+@pytest.mark.parametrize(("origin", "url"), [
+    ("git@github.com:me/agentrl.git", "https://github.com/me/agentrl.git"),
+    ("git@github.com:me/agentrl", "https://github.com/me/agentrl.git"),
+    ("ssh://git@github.com/me/agentrl.git", "https://github.com/me/agentrl.git"),
+    ("ssh://git@gitlab.example.com:2222/group/sub/agentrl", "https://gitlab.example.com/group/sub/agentrl.git"),
+    ("git://example.com/me/agentrl.git", "https://example.com/me/agentrl.git"),
+    ("https://me:ghp_SECRET@github.com/me/agentrl.git", "https://github.com/me/agentrl.git"),
+    ("https://ghp_SECRET@github.com/me/agentrl", "https://github.com/me/agentrl.git"),
+    ("https://github.com/me/agentrl.git", "https://github.com/me/agentrl.git"),
+])
+def test_origins_become_anonymous_https_clone_urls(origin, url):
+    got, notes = colab.clone_url(origin)
+    assert got == url and "SECRET" not in got
+    assert bool(notes) == (origin != url)
 
 
 def test_nvidia_smi_lines_are_parsed():
@@ -146,3 +259,75 @@ def test_export_without_a_clone_url_names_the_variable(tmp_path, fresh_clone):
                           env={**env, "OUT_DIR": str(tmp_path / "o")}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "AGENTRL_GIT_URL" in proc.stderr and "--bundle" in proc.stderr
     assert not (tmp_path / "o" / "03_sft.ipynb").exists()
+
+
+def test_an_ssh_or_token_origin_is_exported_as_anonymous_https(tmp_path, fresh_clone):
+    copy = tmp_path / "copy"
+    shutil.copytree(fresh_clone, copy, ignore=shutil.ignore_patterns("build"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRL_")}
+    for origin in ("git@github.com:example/agentrl.git", "https://me:ghp_SECRET@github.com/example/agentrl.git"):
+        _git("remote", "set-url", "origin", origin, cwd=copy)
+        out = tmp_path / "o"
+        proc = subprocess.run(["bash", "scripts/export_to_ipynb.sh", "notebooks/03_sft.py"], cwd=copy,
+                              env={**env, "OUT_DIR": str(out)}, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        setup = "".join(json.loads((out / "03_sft.ipynb").read_text())["cells"][0]["source"])
+        assert "'https://github.com/example/agentrl.git'" in setup
+        assert "SECRET" not in (out / "03_sft.ipynb").read_text() and "git@" not in setup
+        assert "exported as https" in proc.stderr or "credentials removed" in proc.stderr
+
+
+def test_a_bundle_notebook_without_its_bundle_or_a_clone_url_says_what_to_copy(tmp_path):
+    """A --bundle export from a checkout without origin has no clone URL: opened without agentrl_bundle/ next to
+    it (and without agentrl installed: python -S), the setup cell stops with what to copy, not a git error."""
+    code = colab.setup_source("")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AGENTRL_")}, "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "agentrl_bundle" in proc.stderr and "AGENTRL_GIT_URL" in proc.stderr and "scp -r" in proc.stderr
+    assert "fatal:" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _vllm_serve_commands(text: str) -> list[str]:
+    """Every `vllm serve ...` command in ``text``: continuation lines joined, inline code spans of Markdown that
+    wrap across lines joined, each command up to the end of its line, code span, `&&`, `;` or `#` comment."""
+    import re
+
+    text = re.sub(r"\\\n\s*#?\s*", " ", text)  # shell continuations (also inside TOML comments)
+    text = re.sub(r"(?m)^\s*```.*$", "", text)  # fence lines: code blocks are read line by line
+    text = re.sub(r"`[^`]*`", lambda m: m.group(0).replace("\n", " "), text)  # inline code wrapped in a paragraph
+    found = []
+    for m in re.finditer(r"vllm serve\b([^`\n;#]*?)(?=`|\n|&&|;|#|$)", text):
+        found.append("vllm serve" + m.group(1))
+    return found
+
+
+DOCUMENTED = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "notebooks").glob("*.py")),
+              *sorted((ROOT / "scripts").glob("*.sh")), *sorted((ROOT / "configs").glob("*.toml"))]
+
+
+def test_every_documented_vllm_serve_command_has_tool_calls_a_bounded_context_and_rank_64_lora():
+    """vLLM 0.30 rejects tool_choice "auto" (the agent sends `tools`) without --enable-auto-tool-choice and
+    --tool-call-parser, derives max_model_len from the model's config (262,144 tokens for Qwen3-4B-Instruct-2507:
+    36 GiB of KV cache for one request) and refuses to start when that does not fit, and limits LoRA rank to 16."""
+    import shlex
+
+    from agentrl.notebook import serve_command
+
+    commands = {(path.relative_to(ROOT), c) for path in DOCUMENTED for c in _vllm_serve_commands(path.read_text())}
+    assert {p.parts[0] for p, _ in commands} >= {"README.md", "docs", "scripts", "configs"}, commands
+    # the notebooks print the command of agentrl.notebook.serve_command (01: serve the model, 04: the adapter)
+    for name in ("01_agent_eval", "04_grpo"):
+        assert "nb.serve_command(" in (ROOT / "notebooks" / f"{name}.py").read_text()
+    commands |= {(Path("lib/agentrl/notebook.py"), serve_command("Qwen/Qwen3-4B-Instruct-2507")),
+                 (Path("lib/agentrl/notebook.py"), serve_command("Qwen/Qwen3-4B-Instruct-2507", "runs/x/adapter"))}
+    for path, command in sorted(commands):
+        words = shlex.split(command.translate(str.maketrans("{}&()", "     ")))
+        assert len(words) > 2 and not words[2].startswith("-"), (path, command)  # a model comes first
+        assert "--enable-auto-tool-choice" in words, (path, command)
+        assert "--tool-call-parser" in words, (path, command)
+        assert words[words.index("--tool-call-parser") + 1] == "hermes", (path, command)
+        assert "--max-model-len" in words, (path, command)
+        if "--enable-lora" in words:
+            assert words[words.index("--max-lora-rank") + 1] == "64", (path, command)

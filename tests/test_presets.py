@@ -63,5 +63,39 @@ def test_every_card_variant_of_a_preset_builds_the_trainers_arguments(name, tmp_
         optim = getattr(gargs.optim, "value", gargs.optim)
         assert (gargs.loss_type, gargs.epsilon_high, gargs.mask_truncated_completions, optim) == \
             (g.loss_type, g.epsilon_high, g.mask_truncated_completions, g.optim)
+        # numbers, never None: Unsloth's patched config replaces only a None (epsilon_high, mask_truncated_...)
+        assert isinstance(gargs.epsilon_high, float) and isinstance(gargs.mask_truncated_completions, bool)
         if name not in ("demo", "cpu_smol"):  # GPU presets spell out DAPO's settings, so Unsloth's defaults never apply
             assert "epsilon_high" in p["grpo"] and "mask_truncated_completions" in p["grpo"] and "optim" in p["grpo"]
+
+
+def test_an_unset_upper_clip_is_resolved_to_what_both_trainers_then_use(tmp_path):
+    """TRL 1.14.2's GRPOTrainer uses epsilon for epsilon_high=None; Unsloth 2026.10.9's patched GRPOConfig turns
+    None into 0.28 for an explicit loss_type="dapo" (5.0 for cispo) and leaves a number alone. agentrl resolves
+    None before either sees it, so the value in the manifest is the value both train with."""
+    from agentrl.config import to_dict
+    from agentrl.train import grpo
+
+    dapo = grpo.grpo_config({"grpo": {"loss_type": "dapo", "epsilon": 0.2}})
+    assert dapo.epsilon_high == 0.2 and to_dict(dapo)["epsilon_high"] == 0.2
+    args = grpo.training_args(dapo, [1.0], tmp_path, "unsloth")
+    assert (args.epsilon, args.epsilon_high, args.mask_truncated_completions) == (0.2, 0.2, False)
+    assert grpo.grpo_config({"grpo": {"loss_type": "cispo"}}).epsilon_high == 5.0
+    assert grpo.grpo_config({"grpo": {"epsilon_high": 0.28}}).epsilon_high == 0.28
+    bare = grpo.GRPOSettings()  # built without grpo_config: training_args resolves it too
+    assert bare.epsilon_high is None and grpo.training_args(bare, [1.0, 0.1], tmp_path).epsilon_high == 0.2
+
+
+@pytest.mark.parametrize("backend", ["unsloth", "transformers"])
+def test_sft_and_grpo_hand_gradient_checkpointing_to_the_trainer_alike(backend, tmp_path):
+    """Unsloth checkpoints through its load-time setting (use_gradient_checkpointing="unsloth"), as its notebooks
+    do: the Trainer's flag stays off for both phases; transformers + peft: the Trainer's flag is the preset's."""
+    from agentrl.train import grpo, sft
+
+    preset = load_preset("colab_qwen3_4b")
+    s, g = sft.sft_config(preset), grpo.grpo_config(preset)
+    g.optim = s.optim = "adamw_torch"
+    assert s.model.gradient_checkpointing and g.model.gradient_checkpointing
+    flags = {sft.training_args(s, backend, None, tmp_path).gradient_checkpointing,
+             grpo.training_args(g, [1.0, 0.1], tmp_path, backend).gradient_checkpointing}
+    assert flags == {backend == "transformers"}

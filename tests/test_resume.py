@@ -103,3 +103,32 @@ def test_grpo_killed_after_a_checkpoint_resumes_with_its_evaluations_and_step_co
     assert [e["step"] for e in metrics["evals"]] == [2, 4]  # the evaluation before the kill survived
     assert [h["step"] for h in metrics["history"]] == [1, 2, 3, 4]
     assert (out / "adapter" / "adapter_config.json").is_file()
+
+
+def test_a_run_without_resume_moves_an_earlier_runs_checkpoints_aside_and_overwrite_deletes_them(tmp_path, capsys):
+    from agentrl.cli import build_parser
+    from agentrl.train.checkpoints import checkpoints, prepare
+
+    trainer = tmp_path / "run" / "trainer"
+
+    def checkpoint(step: int) -> None:
+        (trainer / f"checkpoint-{step}").mkdir(parents=True)
+        (trainer / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+
+    checkpoint(2)
+    checkpoint(4)
+    (tmp_path / "run" / "evals.json").write_text("[]")
+    assert prepare(trainer, resume=False, extra=("evals.json",)) is None
+    first = trainer / "earlier-1"
+    assert sorted(p.name for p in first.iterdir()) == ["checkpoint-2", "checkpoint-4", "evals.json"]
+    assert f"moved to {first}" in capsys.readouterr().out and checkpoints(trainer) == []
+    assert prepare(trainer, resume=True) is None  # what was moved aside is never resumed from
+    checkpoint(6)
+    prepare(trainer, resume=False)
+    assert [p.name for p in (trainer / "earlier-2").iterdir()] == ["checkpoint-6"]
+    checkpoint(8)
+    prepare(trainer, resume=False, overwrite=True)
+    assert not (trainer / "checkpoint-8").exists() and "deleted 1 checkpoint" in capsys.readouterr().out
+    assert (first / "checkpoint-4" / "trainer_state.json").is_file()  # earlier runs' copies stay
+    for phase in ("sft", "grpo"):
+        assert build_parser().parse_args([phase, "--overwrite"]).overwrite

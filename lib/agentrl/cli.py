@@ -18,14 +18,22 @@ RUNS = Path("runs")
 
 def _preset(args) -> dict:
     """Return the preset of ``--config`` (empty without one), with its ``[gpu.<CARD>]`` settings merged in for
-    commands that take ``--gpu`` (default: the detected card; a note says which)."""
+    commands that take ``--gpu`` (default: the detected card; a note says which). Under a distributed launch
+    (``accelerate launch``: FSDP, DeepSpeed, several processes) the detected card's tables are not applied: they
+    size one process alone on one card (Unsloth with a colocated vLLM); ``--gpu CARD`` still applies them."""
     from agentrl.config import load_preset
 
     preset = load_preset(args.config) if getattr(args, "config", None) else {}
     if hasattr(args, "gpu") and preset.get("gpu"):
         from agentrl.gpu_plan import apply_card, resolve_card
+        from agentrl.train.checkpoints import distributed_launch
 
         card = resolve_card(args.gpu)
+        launch = distributed_launch()
+        if card and launch and args.gpu in (None, "", "auto"):
+            print(f"GPU class {card}, distributed launch ({launch}): the preset's [gpu.*] tables are for one process "
+                  f"on one card and are not applied (--gpu {card} applies them anyway)", file=sys.stderr)
+            card = None
         preset = apply_card(preset, card)
         if card:
             print(f"GPU class {card}: the preset's [gpu.{card}] settings apply" if card in preset["gpu"] else
@@ -251,7 +259,7 @@ def cmd_sft(args) -> int:
     cfg = sft_config(preset, name=args.name, data=args.data, max_steps=args.max_steps, epochs=args.epochs,
                      learning_rate=args.learning_rate, check_questions=args.check_questions, merge=args.merge or None,
                      model_name=args.model, backend=args.backend, save_steps=args.save_steps)
-    result = run_sft(cfg, preset, resume=args.resume)
+    result = run_sft(cfg, preset, resume=args.resume, overwrite=args.overwrite)
     if result.is_main:
         print_sft_summary(result.metrics, result.out)
     return 0
@@ -270,7 +278,7 @@ def cmd_grpo(args) -> int:
                       eval_questions=args.eval_questions, eval_every=args.eval_every, save_steps=args.save_steps)
     if args.no_adapter:
         cfg.adapter = None
-    result = run_grpo(cfg, preset, resume=args.resume)
+    result = run_grpo(cfg, preset, resume=args.resume, overwrite=args.overwrite)
     if result.is_main:
         print_grpo_summary(result.metrics, result.out)
     return 0
@@ -309,6 +317,8 @@ def _checkpoint_flags(c) -> None:
     c.add_argument("--save-steps", type=int, help="checkpoint every N steps (0 = none; default: the preset's)")
     c.add_argument("--resume", action="store_true",
                    help="continue from the run's last checkpoint (adapter, optimizer, RNG, trainer state)")
+    c.add_argument("--overwrite", action="store_true",
+                   help="delete an earlier run's checkpoints (default: they are moved to trainer/earlier-N/)")
     c.add_argument("--gpu", help="apply the preset's [gpu.CARD] settings: T4, L4, A100-40, A100-80, H100, auto "
                                  "(the detected card, the default) or none")
 

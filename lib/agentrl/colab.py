@@ -13,8 +13,11 @@ red). The setup cell (:func:`setup_source`, added by ``scripts/export_to_ipynb.s
 3. installs whatever of the pinned stack is missing in ONE ``uv pip install`` call (torch, torchvision and
    torchaudio at the versions vLLM was built against, unsloth, unsloth_zoo, vLLM, trl, transformers and this
    repository), so no later call can downgrade what an earlier one chose; without a GPU it installs only the
-   repository;
-4. says when the runtime must be restarted (a package it replaced was already imported).
+   repository. uv comes from the interpreter, a standalone ``uv`` on PATH, or pip; a Python that is neither a
+   venv nor writable, or is externally managed (PEP 668), stops with what to do;
+4. stops with the message to restart the runtime when the install replaced a package this process had already
+   imported (any package, not only the pinned ones: numpy, certifi, ...), so "Run all" cannot go on with stale
+   modules.
 
 Everything here is stdlib only: the cell imports this module from the clone before anything is installed.
 
@@ -50,6 +53,12 @@ EXCLUDES = ("llama-cpp-python", "llm")
 UV_PIN = "uv>=0.9,<1"
 BUNDLE = "agentrl_bundle"
 DEFAULT_REF = "main"
+BREAK_SYSTEM = "AGENTRL_BREAK_SYSTEM_PACKAGES"
+
+
+class RestartRequired(SystemExit):
+    """The install replaced packages this process had imported: the runtime must restart. A SystemExit, so
+    IPython shows the message without a traceback and ``python -m agentrl.colab setup`` exits 1 with it."""
 
 
 @dataclass
@@ -108,36 +117,122 @@ def requirements_text(reqs: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def install_command(reqs: list[str], excludes_file: str | Path, python: str = sys.executable) -> list[str]:
-    """Return the one ``uv pip install`` call for ``reqs`` into the interpreter ``python``."""
-    return [python, "-m", "uv", "pip", "install", "--python", python, "--excludes", str(excludes_file), *reqs]
+def install_command(reqs: list[str], excludes_file: str | Path, python: str = sys.executable,
+                    uv: list[str] | None = None, break_system: bool = False) -> list[str]:
+    """Return the one ``uv pip install`` call for ``reqs`` into the interpreter ``python`` (``uv``: the command
+    that runs uv, default ``python -m uv``)."""
+    extra = ["--break-system-packages"] if break_system else []
+    return [*(uv or [python, "-m", "uv"]), "pip", "install", "--python", python, *extra, "--excludes",
+            str(excludes_file), *reqs]
+
+
+def install_target() -> tuple[bool, str | None]:
+    """Return ``(break_system_packages, stop)`` for installing into this interpreter: a venv or a writable
+    Python installs as is; an externally managed one (PEP 668, e.g. Debian's /usr/bin/python3) only with
+    AGENTRL_BREAK_SYSTEM_PACKAGES=1; otherwise ``stop`` says what to do."""
+    import sysconfig
+
+    venv = sys.prefix != sys.base_prefix
+    managed = not venv and (Path(sysconfig.get_path("stdlib")) / "EXTERNALLY-MANAGED").is_file()
+    make_venv = (f"create a virtual environment and run from it: {Path(sys.executable).name} -m venv ~/agentrl-venv "
+                 "&& . ~/agentrl-venv/bin/activate (scripts/gpu_smoke.sh: SMOKE_PYTHON=~/agentrl-venv/bin/python)")
+    if managed:
+        if os.environ.get(BREAK_SYSTEM) == "1":
+            print(f"agentrl setup: {sys.executable} is externally managed (PEP 668); {BREAK_SYSTEM}=1: installing "
+                  "into it anyway with --break-system-packages (this can break the system's own Python packages)")
+            return True, None
+        return False, (f"{sys.executable} is externally managed (PEP 668): the distribution's package manager owns "
+                       f"it, and pip/uv refuse to install into it. Either {make_venv}, or set {BREAK_SYSTEM}=1 to "
+                       "install into it with --break-system-packages.")
+    if not venv and not os.access(sysconfig.get_path("purelib"), os.W_OK):
+        return False, f"cannot write to {sysconfig.get_path('purelib')} (not a venv, not writable): {make_venv}"
+    return False, None
+
+
+def _works(cmd: list[str]) -> bool:
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def uv_command(break_system: bool = False) -> list[str]:
+    """Return the command that runs uv: ``python -m uv`` when this interpreter has it, else a standalone ``uv``
+    on PATH, else uv installed into this interpreter with pip (``--break-system-packages`` when
+    ``break_system``); raise SystemExit saying how to get uv when there is no pip either (a uv-made venv)."""
+    import shutil
+
+    here = [sys.executable, "-m", "uv"]
+    if _works([*here, "--version"]):
+        return here
+    standalone = shutil.which("uv")
+    if standalone and _works([standalone, "--version"]):
+        return [standalone]
+    if not _works([sys.executable, "-m", "pip", "--version"]):
+        raise SystemExit(f"agentrl setup stopped: {sys.executable} has neither uv nor pip, and no uv is on PATH. "
+                         "Install uv (curl -LsSf https://astral.sh/uv/install.sh | sh, or pipx install uv; "
+                         "https://docs.astral.sh/uv/getting-started/installation/) and run this again.")
+    cmd = [sys.executable, "-m", "pip", "install", "-q", *(["--break-system-packages"] if break_system else []),
+           UV_PIN]
+    print("agentrl setup: installing uv:", " ".join(cmd[1:]))
+    subprocess.run(cmd, check=True)
+    return here
+
+
+def imported_versions(modules=None) -> dict[str, str]:
+    """Return ``{distribution: version}`` of every installed distribution one of whose top-level modules is in
+    ``modules`` (default: what this process has imported)."""
+    from importlib import metadata
+
+    modules = sys.modules if modules is None else modules
+    tops = {name.partition(".")[0] for name in list(modules)}
+    owners = metadata.packages_distributions()
+    out = {}
+    for top in tops:
+        for dist in owners.get(top, ()):
+            version = _version(dist)
+            if version is not None:
+                out[dist] = version
+    return out
+
+
+def replaced_since(before: dict[str, str]) -> dict[str, tuple[str, str | None]]:
+    """Return ``{distribution: (version before, version now or None)}`` for the distributions of ``before``
+    (:func:`imported_versions`) whose installed version changed or that were removed since."""
+    import importlib
+
+    importlib.invalidate_caches()  # importlib.metadata caches directory listings
+    now = {d: _version(d) for d in before}
+    return {d: (v, now[d]) for d, v in before.items() if now[d] != v}
+
+
+def restart_message(changed: dict[str, tuple[str, str | None]]) -> str:
+    """Return the message that stops the setup when ``changed`` (:func:`replaced_since`) is not empty."""
+    parts = ", ".join(f"{d} {old} -> {new or 'removed'}" for d, (old, new) in sorted(changed.items()))
+    return (f"agentrl setup: RESTART the runtime now (Colab: Runtime > Restart session; Jupyter: Kernel > Restart), "
+            f"then run the notebook again from the top. The install replaced packages this process had already "
+            f"imported ({parts}); going on would mix old and new modules. After the restart this cell finds "
+            f"everything installed and does nothing.")
+
+
+def install_and_check(cmd: list[str]) -> None:
+    """Run the install command ``cmd``; raise RestartRequired when it replaced a package this process imported."""
+    before = imported_versions()
+    subprocess.run(cmd, check=True)
+    changed = replaced_since(before)
+    if changed:
+        raise RestartRequired(restart_message(changed))
 
 
 def missing_pins(reqs: list[str], installed=None) -> list[str]:
     """Return the ``name==version`` pins of ``reqs`` that are not installed at that version."""
-    if installed is None:
-        from importlib import metadata
-
-        def installed(name):
-            try:
-                return metadata.version(name)
-            except metadata.PackageNotFoundError:
-                return None
-
+    installed = installed or _version
     out = []
     for r in reqs:
         name, sep, version = r.partition("==")
         if sep and installed(name) != version:
             out.append(r)
     return out
-
-
-def needs_restart(pins: list[str], modules=None) -> list[str]:
-    """Return the packages among ``pins`` (``name==version``) that this interpreter already imported: replacing
-    them on disk needs a runtime restart to take effect."""
-    modules = sys.modules if modules is None else modules
-    names = {r.partition("==")[0].replace("-", "_") for r in pins}
-    return sorted(n for n in names if n in modules)
 
 
 def decide(gpus: list, *, have_agentrl: bool, repo=None, wheel=None, stack: str = "auto", vllm: bool = True,
@@ -161,8 +256,9 @@ def decide(gpus: list, *, have_agentrl: bool, repo=None, wheel=None, stack: str 
 
 
 def run_setup(notebook_dir: str | Path = ".", git_url: str = "", ref: str = DEFAULT_REF) -> dict:
-    """The setup cell's work (after the code is found): decide, install in one call, say whether to restart;
-    return ``{"installed": [...], "restart": [...], "workdir": path}``."""
+    """The setup cell's work (after the code is found): decide, install in one call; return
+    ``{"installed": [...], "workdir": path}``, or raise RestartRequired when the install replaced an imported
+    package, SystemExit when the driver is too old or this Python cannot be installed into."""
     from agentrl.gpu_plan import query_gpus
 
     gpus = query_gpus()
@@ -176,34 +272,31 @@ def run_setup(notebook_dir: str | Path = ".", git_url: str = "", ref: str = DEFA
         print(f"agentrl setup: {note}")
     if d.stop:
         raise SystemExit(f"agentrl setup stopped: {d.stop}")
-    restart = []
     if d.install:
-        pins = [r for r in d.install if "==" in r]
-        restart = needs_restart(pins)
+        break_system, stop = install_target()
+        if stop:
+            raise SystemExit(f"agentrl setup stopped: {stop}")
         excludes = Path(os.environ.get("TMPDIR", "/tmp")) / "agentrl-excludes.txt"
         excludes.write_text("\n".join(EXCLUDES) + "\n")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", UV_PIN], check=True)
-        cmd = install_command(d.install, excludes)
-        print("agentrl setup:", " ".join(cmd[2:]))
-        subprocess.run(cmd, check=True)
-    workdir = bundle if wheel is not None else repo
-    if restart:
-        print(f"agentrl setup: RESTART the runtime now (Colab: Runtime > Restart session), then run the notebook "
-              f"again from the top: {', '.join(restart)} {'was' if len(restart) == 1 else 'were'} imported before "
-              f"the install replaced them. This cell then finds everything installed and does nothing.")
-    elif d.install:
+        cmd = install_command(d.install, excludes, uv=uv_command(break_system), break_system=break_system)
+        print("agentrl setup:", " ".join(cmd))
+        install_and_check(cmd)
         print("agentrl setup: done, no restart needed")
-    return {"installed": d.install, "restart": restart, "workdir": str(workdir)}
+    workdir = bundle if wheel is not None else repo
+    return {"installed": d.install, "workdir": str(workdir)}
 
 
-def _installed(name: str) -> bool:
+def _version(name: str) -> str | None:
     from importlib import metadata
 
     try:
-        metadata.version(name)
-        return True
+        return metadata.version(name)
     except metadata.PackageNotFoundError:
-        return False
+        return None
+
+
+def _installed(name: str) -> bool:
+    return _version(name) is not None
 
 
 SETUP = '''# agentrl setup (added by scripts/export_to_ipynb.sh): finds or fetches the code (this checkout, an
@@ -218,8 +311,17 @@ if _wheels:  # export_to_ipynb.sh --bundle: the wheel imports as a zip until it 
     sys.path.insert(0, os.path.abspath(_wheels[-1]))
 elif importlib.util.find_spec("agentrl") is None:
     _repo = os.path.join("/content" if os.path.isdir("/content") else os.path.expanduser("~"), "agentrl")
+    if not os.path.isdir(_repo) and not AGENTRL_GIT_URL:
+        raise SystemExit(f"agentrl setup stopped: no {{os.path.abspath('agentrl_bundle')}} with a wheel next to this "
+                         "notebook, and no clone URL (it was exported with --bundle from a checkout without an origin "
+                         "remote). Copy the whole export directory (scp -r build/ipynb gpu-box:) so agentrl_bundle/ "
+                         "sits next to the notebook, or set AGENTRL_GIT_URL=https://github.com/<you>/agentrl.git "
+                         "(%env AGENTRL_GIT_URL=... in a cell above this one).")
     if not os.path.isdir(_repo):
-        subprocess.run(["git", "clone", "--depth", "1", "--branch", AGENTRL_REF, AGENTRL_GIT_URL, _repo], check=True)
+        _clone = ["git", "clone", "--depth", "1", "--branch", AGENTRL_REF, AGENTRL_GIT_URL, _repo]
+        if subprocess.run(_clone).returncode != 0:
+            raise SystemExit(f"agentrl setup stopped: {{' '.join(_clone)}} failed (see git's message above): check "
+                             "AGENTRL_GIT_URL and AGENTRL_REF, or export with --bundle and copy agentrl_bundle/.")
     sys.path.insert(0, os.path.join(_repo, "lib"))  # agentrl.colab is stdlib only: importable before installing
 from agentrl import colab as _colab
 _setup = _colab.run_setup(".", AGENTRL_GIT_URL, AGENTRL_REF)
@@ -250,6 +352,35 @@ def prepare(path: str | Path, git_url: str, ref: str = DEFAULT_REF) -> Path:
     nb["metadata"].setdefault("language_info", {"name": "python"})
     write_text_atomic(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     return path
+
+
+def clone_url(url: str) -> tuple[str, list[str]]:
+    """Return ``(url a Colab runtime can clone anonymously, notes)``: SSH forms (``git@host:owner/repo.git``,
+    ``ssh://git@host[:port]/owner/repo``) and ``git://`` become ``https://host/owner/repo.git``; credentials in an
+    http(s) URL (``https://user:token@host/...``) are dropped, so no token is written into a notebook."""
+    import re
+    from urllib.parse import urlsplit, urlunsplit
+
+    url, notes = url.strip(), []
+    scp = re.fullmatch(r"(?:[^@/\s]+@)?([^:/\s]+):(?!//)/?(.+)", url)
+    if scp and "://" not in url:
+        host, path = scp.groups()
+        notes.append(f"SSH origin {url} exported as https (a Colab runtime has no SSH key)")
+        url = f"https://{host}/{path}"
+    parts = urlsplit(url)
+    if parts.scheme in ("ssh", "git", "git+ssh"):
+        notes.append(f"{parts.scheme}:// origin {url} exported as https (a Colab runtime clones over https)")
+        parts = parts._replace(scheme="https", netloc=parts.hostname or "")
+    elif parts.scheme in ("http", "https") and "@" in parts.netloc:
+        notes.append("credentials removed from the origin URL (a token must never be written into a notebook)")
+        host = parts.hostname or ""
+        parts = parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host)
+    elif parts.scheme not in ("http", "https"):
+        from agentrl.io import DataError
+
+        raise DataError(f"clone URL {url!r}: not an https, ssh or git URL")
+    path = parts.path if parts.path.endswith(".git") else parts.path.rstrip("/") + ".git"
+    return urlunsplit(parts._replace(path=path)), notes
 
 
 def check_pins(repo: str | Path | None = None, python_version: str = "3.12") -> dict:
@@ -292,13 +423,16 @@ def check_pins(repo: str | Path | None = None, python_version: str = "3.12") -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``prepare NOTEBOOK... --git-url URL [--ref REF]``, ``check-pins`` or ``setup``; return the exit code."""
+    """``prepare NOTEBOOK... --git-url URL [--ref REF]``, ``clone-url URL``, ``check-pins`` or ``setup``; return the
+    exit code."""
     ap = argparse.ArgumentParser(description="The Colab / GPU setup: notebook setup cells and the pin check.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare", help="add the setup cell and a kernelspec to exported notebooks")
     p.add_argument("notebooks", nargs="+")
     p.add_argument("--git-url", required=True)
     p.add_argument("--ref", default=DEFAULT_REF)
+    u = sub.add_parser("clone-url", help="print the https clone URL for an origin (SSH -> https, no credentials)")
+    u.add_argument("url")
     sub.add_parser("check-pins", help="resolve the pinned GPU stack with uv pip compile (Python 3.12, linux x86_64)")
     sub.add_parser("setup", help="what the setup cell does, in this interpreter (scripts/gpu_smoke.sh)")
     args = ap.parse_args(argv)
@@ -308,6 +442,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "setup":
         run_setup(".")
+        return 0
+    if args.cmd == "clone-url":
+        from agentrl.io import DataError
+
+        try:
+            url, notes = clone_url(args.url)
+        except DataError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+        print(url)
         return 0
     resolved = check_pins()
     print("pinned GPU stack resolves: " + ", ".join(f"{k} {resolved[k.replace('_', '-')]}" for k in PINS))

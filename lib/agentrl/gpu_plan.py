@@ -279,8 +279,8 @@ def _activations(arch: Arch, tokens: int, checkpointing: bool, offload: bool) ->
 
 
 def _unsloth(model) -> bool:
-    # "auto" is Unsloth on a CUDA machine where the setup cell installed it (one GPU); accelerate runs on several
-    # GPUs set backend = "transformers"
+    # "auto" is Unsloth on a CUDA machine where the setup cell installed it; this plans one process on one card
+    # (under accelerate launch "auto" picks transformers: agentrl.train.models.choose_backend)
     return model.backend in ("unsloth", "auto")
 
 
@@ -318,9 +318,11 @@ def plan_grpo(settings, card: str, adapter_rank: int | None = None, prompt_token
     trl_vllm = settings.use_vllm and settings.vllm_mode == "colocate" and not unsloth_vllm
     if _unsloth(m):  # Unsloth's GRPO computes log-probs in chunks
         logits = 2 * min(tokens, LOGIT_CHUNK) * arch.vocab * 4 / GIB
-    else:  # TRL: the micro-batch's completion logits in 16-bit, then one row at a time in fp32
-        logits = (settings.batch_size * settings.max_completion_length * arch.vocab * 2
-                  + settings.max_completion_length * arch.vocab * 4) / GIB
+    else:
+        # TRL 1.14.2 (_full_logits_logps): the model returns the micro-batch's completion logits in 16-bit
+        # (logits_to_keep), its fused Triton log-prob/entropy kernel saves them for the backward pass and writes
+        # a gradient of the same size and dtype there (no fp32 copy on CUDA): two 16-bit tensors at the peak
+        logits = 2 * settings.batch_size * settings.max_completion_length * arch.vocab * 2 / GIB
     p = Plan("grpo", card, _training_parts(arch, m, rank, settings.optim, tokens, logits, unsloth_vllm),
              limit=c.gib)
     if unsloth_vllm or trl_vllm:

@@ -8,6 +8,7 @@ A notebook runs in four places: ``marimo edit`` (interactive), ``marimo run``, `
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentrl.config import REPO_ROOT
@@ -45,12 +46,7 @@ def parse_args(text: str) -> dict:
 
 def interactive() -> bool:
     """Return True in ``marimo edit`` / ``marimo run``, where a person presses buttons."""
-    try:
-        import marimo as mo
-
-        return mo.app_meta().mode in ("edit", "run")
-    except Exception:
-        return False
+    return _marimo_mode() in ("edit", "run")
 
 
 def should_run(button) -> bool:
@@ -85,10 +81,12 @@ GPU_PRESETS = {"T4": "colab_qwen3_4b", "L4": "colab_qwen3_4b", "A100-40": "colab
 def choose_preset(args: dict, default: str = "demo") -> tuple[dict, str]:
     """Return ``(preset, sentence saying which and why)``: ``--config`` when given, else on a machine with an
     NVIDIA GPU the GPU preset for its card (GPU_PRESETS), else ``default``; with a GPU the preset's
-    ``[gpu.<CARD>]`` settings are merged in."""
+    ``[gpu.<CARD>]`` settings are merged in. Every notebook calls it, so all five use the same preset. In Jupyter
+    it also ends an earlier :func:`stop` (the notebook is deciding again from here)."""
     from agentrl.config import load_preset
     from agentrl.gpu_plan import apply_card, query_gpus
 
+    _resume_cells()
     gpus = query_gpus()
     card = gpus[0].card if gpus else None
     name = args.get("config") or (GPU_PRESETS[card] if card else default)
@@ -101,29 +99,206 @@ def choose_preset(args: dict, default: str = "demo") -> tuple[dict, str]:
     return preset, f"no NVIDIA GPU: preset **{name}**" + ("" if args.get("config") else " (the CPU default)")
 
 
-def ensure_demo_inputs(preset: dict, phase: str) -> list[str]:
-    """For the demo preset, build what ``phase`` ("sft" or "grpo") reads when an earlier notebook has not run
-    here (a fresh Colab runtime): corpus + index, oracle trajectories, the curated SFT data, and for GRPO the SFT
-    adapter. Return the steps it ran (none for other presets, which need their own earlier phases)."""
-    from agentrl import demo
-    from agentrl.pipeline import corpus_and_index
+def preset_name(preset: dict) -> str:
+    """Return the name ``--config`` takes for ``preset`` (its file's stem)."""
+    return Path(preset.get("_path", "preset")).stem
+
+
+@dataclass
+class Inputs:
+    """What a phase found missing on this runtime: the earlier steps it ran now, or why it cannot go on."""
+
+    built: list[str] = field(default_factory=list)
+    missing: str | None = None  # which earlier notebook (or command) to run first
+
+    def __str__(self) -> str:
+        return "built first: " + ", ".join(self.built) if self.built else ""
+
+
+def phase_inputs(preset: dict, phase: str, env: str = "search") -> Inputs:
+    """Build what ``phase`` ("eval", "data", "sft" or "grpo") reads from earlier phases when a fresh runtime lacks
+    it, with the earlier phases' own library calls: the corpus + index (search), the oracle's demonstrations on
+    the training questions, the curated SFT data, and for GRPO the SFT adapter of a CPU preset (one with a
+    ``[demo]`` table: minutes). A GPU preset's SFT adapter is not trained behind the notebook's back: ``missing``
+    then names notebook 03. Returns an :class:`Inputs`; reruns find everything and do nothing."""
     from agentrl.train.grpo import grpo_config
+    from agentrl.train.sft import run_sft, sft_config
+
+    out = Inputs()
+    adapter = grpo_config(preset).adapter if phase == "grpo" else None
+    need_adapter = bool(adapter) and not (Path(adapter) / "adapter_config.json").is_file()
+    if need_adapter and not preset.get("demo"):
+        out.missing = (f"The SFT adapter `{adapter}` is missing: run notebook 03 (03_sft) with the same preset first "
+                       f"(or `agentrl sft --config {preset_name(preset)}`: an SFT run of "
+                       f"`{sft_config(preset).model.name}`), then this notebook again.")
+        return out
+    need_data = (phase == "sft" or need_adapter) and not _sft_data(preset).is_file()
+    oracle = (phase == "data" and env == "search" or need_data) and not existing_runs(preset)
+    if env == "search" and phase in ("eval", "grpo") or phase == "sft" or need_adapter or oracle:
+        _index(preset, out)  # SFT's check and the oracle search it too
+    if oracle:
+        oracle_demonstrations(preset)
+        out.built.append("01 oracle demonstrations")
+    if need_data:
+        data = Path(sft_config(preset).data)
+        if data.suffix == ".jsonl":
+            out.missing = f"The SFT data `{data}` is missing: run notebook 02 (02_trajectories) first."
+            return out
+        curate_runs(preset, existing_runs(preset), data)
+        out.built.append("02 curated SFT data")
+    if need_adapter:
+        run_sft(sft_config(preset), preset)
+        out.built.append("03 SFT adapter")
+    return out
+
+
+def _index(preset: dict, out: Inputs) -> None:
+    from agentrl.pipeline import corpus_and_index, corpus_paths
+
+    if not (corpus_paths(preset)[1] / "index.json").exists():
+        corpus_and_index(preset, progress=False)
+        out.built.append("00 corpus + index")
+
+
+def _sft_data(preset: dict) -> Path:
     from agentrl.train.sft import sft_config
 
-    if Path(preset.get("_path", "")).stem != "demo":
-        return []
-    ran = []
-    data = Path(sft_config(preset).data) / "trl" / "train.jsonl"
-    if not data.exists():
-        corpus_and_index(preset, progress=False)
-        demo.demo_eval(preset, False)
-        demo.demo_data(preset)
-        ran += ["00 corpus", "01 eval", "02 data"]
-    adapter = grpo_config(preset).adapter
-    if phase == "grpo" and adapter and not (Path(adapter) / "adapter_config.json").exists():
-        demo.demo_sft(preset, False)
-        ran.append("03 sft")
-    return ran
+    data = Path(sft_config(preset).data)
+    return data if data.suffix == ".jsonl" else data / "trl" / "train.jsonl"
+
+
+def oracle_name(preset: dict) -> str:
+    """Return the run name of the preset's oracle demonstrations: its ``[eval]`` name when the preset evaluates
+    with the oracle (the demo), else "oracle"."""
+    ev = preset.get("eval") or {}
+    return ev.get("name", "oracle") if ev.get("policy") == "oracle" else "oracle"
+
+
+def existing_runs(preset: dict) -> list[str]:
+    """Return the evaluation runs of ``preset`` on disk that phase 02 curates: its own ``[eval]`` run (a served
+    model's trajectories) and the oracle's demonstrations."""
+    names = dict.fromkeys([(preset.get("eval") or {}).get("name", "eval"), oracle_name(preset)])
+    return [f"runs/eval/{n}" for n in names if (Path("runs") / "eval" / n / "trajectories.jsonl").is_file()]
+
+
+def demonstration_limit(preset: dict) -> int:
+    """Return how many questions (from the first) the oracle demonstrates: ``[demo] train_questions``, else all
+    but the last ``[grpo] eval_questions`` (GRPO's held-out questions; SFT's check then finds unseen ones)."""
+    from agentrl.evaluate import eval_config, load_rows
+    from agentrl.train.grpo import grpo_config
+
+    if (preset.get("demo") or {}).get("train_questions"):
+        return int(preset["demo"]["train_questions"])
+    rows = load_rows(eval_config(preset, offset=0, limit=None), preset)
+    return max(1, len(rows) - max(0, grpo_config(preset).eval_questions))
+
+
+def oracle_config(preset: dict, **overrides):
+    """Return the EvalConfig of the preset's oracle demonstrations (``overrides`` as in eval_config)."""
+    from agentrl.evaluate import eval_config
+
+    base = {"name": oracle_name(preset), "policy": "oracle", "offset": 0, "limit": demonstration_limit(preset)}
+    return eval_config(preset, **{**base, **{k: v for k, v in overrides.items() if v is not None}})
+
+
+def oracle_demonstrations(preset: dict) -> dict:
+    """Run (or resume) the oracle over the training questions of ``preset`` (gold evidence replayed through the
+    real search tool); return its metrics."""
+    from agentrl.evaluate import run_eval
+
+    return run_eval(oracle_config(preset), preset, resume=True)
+
+
+def curate_runs(preset: dict, runs: list[str], out: Path) -> dict:
+    """Curate ``runs`` with the preset's ``[data]`` settings into ``out`` and export every format; return
+    ``{"report": ..., "counts": ...}``."""
+    from agentrl.curate import curate, data_config
+    from agentrl.export import FORMATS, export
+
+    report = curate(runs, data_config(preset), out)
+    return {"report": report, "counts": export(out, FORMATS)}
+
+
+def endpoint_up(base_url: str, timeout: float = 3.0) -> bool:
+    """Return True when a server answers ``GET <base_url>/models`` (any HTTP status: a 401 is a server too)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(base_url.rstrip("/") + "/models", timeout=timeout).close()
+        return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+# vLLM 0.30 sizes a request by the model's context (262,144 tokens for Qwen3-4B-Instruct-2507: 36 GiB of KV cache)
+# and refuses to start when one does not fit; the agent needs far less
+SERVE_MAX_MODEL_LEN = 16384
+
+
+def serve_command(model: str, adapter: str | None = None) -> str:
+    """Return the ``vllm serve`` line for ``model`` (with the LoRA ``adapter`` as model "agent"): hermes tool
+    calls for the agent's ``tools`` (vLLM rejects tool_choice "auto" without them), a bounded context, and LoRA
+    slots of rank 64 (vLLM's default limit is 16; the presets train r 64)."""
+    lora = f" --enable-lora --max-lora-rank 64 --lora-modules agent={adapter}" if adapter else ""
+    return (f"vllm serve {model}{lora} --enable-auto-tool-choice --tool-call-parser hermes "
+            f"--max-model-len {SERVE_MAX_MODEL_LEN}")
+
+
+def stop(message: str) -> None:
+    """Stop the notebook here with ``message`` and no error. Under marimo (edit, run, ``python nb.py``) the cell
+    stops and its descendants do not run. In Jupyter every later cell runs as a one-line note instead (an IPython
+    input transformer) until the cell that calls :func:`choose_preset` runs again; "Run all" thus ends cleanly."""
+    import marimo as mo
+
+    print(message)
+    if _marimo_mode():
+        mo.stop(True, mo.md(message))
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if shell is None:  # plain Python, neither marimo nor IPython: nothing else would stop the script
+        raise SystemExit(0)
+    note = "print(" + repr("skipped (an earlier cell stopped): " + message.splitlines()[0]) + ")\n"
+
+    def skip(lines: list[str]) -> list[str]:
+        return lines if any(_RESUME in line for line in lines) else [note]
+
+    skip.agentrl_stop = True
+    _resume_cells()
+    shell.input_transformers_post.append(skip)
+
+
+_RESUME = "nb.choose_preset("  # the cell that decides again runs even while later cells are skipped
+
+
+def _resume_cells() -> None:
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        return
+    if shell is not None:
+        shell.input_transformers_post[:] = [t for t in shell.input_transformers_post
+                                            if not getattr(t, "agentrl_stop", False)]
+
+
+def _marimo_mode() -> str | None:
+    # "test" is marimo's guess from PYTEST_CURRENT_TEST alone (a Jupyter kernel started by a test inherits it):
+    # only a real marimo context (edit, run, script) counts
+    try:
+        import marimo as mo
+
+        mode = mo.app_meta().mode
+    except Exception:
+        return None
+    return mode if mode in ("edit", "run", "script") else None
 
 
 # the models a notebook offers besides the preset's own: both work offline on CPU

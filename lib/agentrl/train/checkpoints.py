@@ -1,10 +1,13 @@
-"""Periodic checkpoints and resuming, shared by SFT and GRPO, and the one gradient-checkpointing rule.
+"""Periodic checkpoints and resuming, shared by SFT and GRPO, and the rules that depend on how a run was launched
+(gradient checkpointing, distributed launches).
 
 A checkpoint is the Trainer's ``<run>/trainer/checkpoint-<step>/``: the LoRA adapter, optimizer and
 scheduler state, every RNG state and ``trainer_state.json`` (step, log history). The Trainer writes
 ``trainer_state.json`` last, so a directory without it was cut off mid-write (a Colab disconnect, a
-SIGKILL) and is never resumed from. ``--resume`` continues from the newest complete one; a run without
-``--resume`` removes the old ones first, so a later resume cannot pick up a checkpoint of an earlier run.
+SIGKILL) and is never resumed from. ``--resume`` continues from the newest complete one. A run without
+``--resume`` never deletes an earlier run's checkpoints silently: it moves them aside to
+``<run>/trainer/earlier-<n>/`` (so a later ``--resume`` cannot pick them up, and nothing is lost), or deletes
+them with ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ def checkpoints(trainer_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def prepare(trainer_dir: str | Path, resume: bool) -> Path | None:
-    """Return the checkpoint to resume from (the newest complete one) when ``resume``, else remove every old
-    checkpoint of the run and return None. Resuming without any checkpoint starts from scratch, with a log line."""
+def prepare(trainer_dir: str | Path, resume: bool, overwrite: bool = False, extra: tuple[str, ...] = ()) -> Path | None:
+    """Return the checkpoint to resume from (the newest complete one) when ``resume``; else clear the way for a
+    fresh run and return None: an earlier run's checkpoints (and the files named in ``extra``, next to
+    ``trainer_dir``) are moved to ``trainer_dir/earlier-<n>/``, or deleted when ``overwrite``. Resuming without
+    any checkpoint starts from scratch, with a log line."""
     found = checkpoints(trainer_dir)
     if resume:
         if found:
@@ -52,28 +57,75 @@ def prepare(trainer_dir: str | Path, resume: bool) -> Path | None:
         log.warning("--resume: no complete checkpoint under %s; starting from scratch", trainer_dir)
         return None
     root = Path(trainer_dir)
-    stale = [p for p in root.iterdir() if p.is_dir() and _CHECKPOINT.match(p.name)] if root.is_dir() else []
+    stale = sorted(p for p in root.iterdir() if p.is_dir() and _CHECKPOINT.match(p.name)) if root.is_dir() else []
+    if not stale:
+        return None
+    if overwrite:
+        for p in stale:
+            shutil.rmtree(p)
+        _say(f"--overwrite: deleted {len(stale)} checkpoint(s) of an earlier run under {root}")
+        return None
+    n = 1
+    while (root / f"earlier-{n}").exists():
+        n += 1
+    aside = root / f"earlier-{n}"
+    aside.mkdir()
     for p in stale:
-        shutil.rmtree(p)
-    if stale:
-        log.info("removed %d checkpoint(s) of an earlier run under %s (pass --resume to continue one)",
-                 len(stale), root)
+        p.rename(aside / p.name)
+    for name in extra:
+        if (root.parent / name).is_file():
+            (root.parent / name).rename(aside / name)
+    _say(f"kept {len(stale)} checkpoint(s) of an earlier run: moved to {aside} (pass --resume to continue a run, "
+         f"--overwrite to delete them instead)")
     return None
+
+
+def _say(message: str) -> None:
+    # a printed line, not only a log record: notebooks and the CLI show stdout, and files moved must be visible
+    print(message)
+    log.info(message)
+
+
+def _on(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+def distributed_launch() -> str | None:
+    """Return what kind of multi-process launch this process is part of ("FSDP2", "DeepSpeed", "DDP, 8 processes"),
+    or None for a single process. ``accelerate launch`` exports ACCELERATE_USE_FSDP / FSDP_VERSION or
+    ACCELERATE_USE_DEEPSPEED from its config; torchrun (which accelerate uses for DDP) sets WORLD_SIZE."""
+    if _on("ACCELERATE_USE_FSDP"):
+        return f"FSDP{os.environ.get('FSDP_VERSION', '1')}"
+    if _on("ACCELERATE_USE_DEEPSPEED"):
+        return "DeepSpeed"
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    except ValueError:
+        world = 1
+    return f"DDP, {world} processes" if world > 1 else None
+
+
+def fsdp() -> bool:
+    """Return True when ``accelerate launch`` runs this process under FSDP."""
+    return _on("ACCELERATE_USE_FSDP")
 
 
 def fsdp_activation_checkpointing() -> bool:
     """Return True when ``accelerate launch`` runs FSDP with its own activation checkpointing (the
     ``fsdp_activation_checkpointing`` field of the accelerate config, exported as FSDP_ACTIVATION_CHECKPOINTING)."""
-    def on(name: str) -> bool:
-        return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
-
-    return on("ACCELERATE_USE_FSDP") and on("FSDP_ACTIVATION_CHECKPOINTING")
+    return fsdp() and _on("FSDP_ACTIVATION_CHECKPOINTING")
 
 
-def gradient_checkpointing(requested: bool) -> bool:
-    """Return the Trainer's ``gradient_checkpointing``: ``requested``, except under FSDP activation checkpointing,
-    which already recomputes each layer (transformers' Trainer refuses both at once, and FSDP's own is the one
-    without a redundant all-gather in the backward pass)."""
+def gradient_checkpointing(requested: bool, backend: str = "transformers") -> bool:
+    """Return the Trainer's ``gradient_checkpointing`` for a model loaded on ``backend``.
+
+    Unsloth: always False. Its checkpointing is chosen at load time (``use_gradient_checkpointing="unsloth"``,
+    offloaded to CPU memory), as in Unsloth's own SFT and GRPO notebooks, whose configs never set the flag; its
+    patched trainers then call ``model.for_training`` with the load-time choice. Transformers: ``requested``,
+    except under FSDP activation checkpointing, which already recomputes each layer (transformers' Trainer
+    refuses both at once, and FSDP's own is the one without a redundant all-gather in the backward pass)."""
+    if backend == "unsloth":
+        return False
     if requested and fsdp_activation_checkpointing():
         log.info("gradient checkpointing: FSDP's activation checkpointing does it (trainer flag off)")
         return False

@@ -46,15 +46,16 @@ class GRPOSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     # The loss and optimiser, passed explicitly so both backends train the same: Unsloth's patched GRPOConfig
-    # changes defaults that stock TRL keeps (for an explicit loss_type="dapo" it sets
-    # mask_truncated_completions=True and epsilon_high=0.28; it defaults optim to adamw_8bit, weight_decay to
-    # 0.001, warmup to 0.1 and vllm_importance_sampling_correction to False). Defaults here are stock TRL's
-    # (but the importance-sampling correction); the GPU presets spell out DAPO's values.
+    # changes defaults that stock TRL keeps (for an explicit loss_type="dapo" it turns epsilon_high=None into
+    # 0.28 and mask_truncated_completions=None into True, where TRL 1.14.2's trainer uses epsilon and False; it
+    # defaults optim to adamw_8bit, weight_decay to 0.001, warmup to 0.1 and vllm_importance_sampling_correction
+    # to False). Defaults here are stock TRL's (but the importance-sampling correction), and grpo_config resolves
+    # epsilon_high to a number, so no None reaches either trainer; the GPU presets spell out DAPO's values.
     beta: float = 0.0
     loss_type: str = "dapo"
     scale_rewards: str = "group"
     epsilon: float = 0.2  # lower clip range
-    epsilon_high: float | None = None  # upper clip range; None = epsilon (DAPO's clip-higher: 0.28)
+    epsilon_high: float | None = None  # upper clip range; None = epsilon (cispo: 5.0), resolved by grpo_config
     mask_truncated_completions: bool = False  # DAPO: True, completions cut at max_completion_length carry no loss
     vllm_importance_sampling_correction: bool = False  # off as in Unsloth (TRL's own default is on)
     optim: str = "adamw_torch"  # GPU presets: adamw_8bit (bitsandbytes, CUDA only)
@@ -81,6 +82,7 @@ class GRPOSettings:
     use_vllm: bool = False  # TRL's vLLM generation (Unsloth: set model.fast_inference instead)
     vllm_mode: str = "colocate"  # colocate | server (`trl vllm-serve` on other GPUs)
     vllm_gpu_memory_utilization: float = 0.3
+    vllm_tensor_parallel_size: int = 1  # colocate: GPUs one vLLM engine spans (its weights split across them)
     vllm_server_host: str = "127.0.0.1"
     vllm_server_port: int = 8000
     log_completions: bool = True
@@ -92,7 +94,8 @@ class GRPOSettings:
 
 
 def grpo_config(preset: dict | None = None, **overrides) -> GRPOSettings:
-    """Return the preset's ``[grpo]`` settings with non-None overrides (``model_name``/``backend``/``adapter``)."""
+    """Return the preset's ``[grpo]`` settings with non-None overrides (``model_name``/``backend``/``adapter``),
+    ``epsilon_high`` resolved to the number both trainers use (:func:`upper_clip`)."""
     from dataclasses import replace
 
     from agentrl.config import from_dict
@@ -103,7 +106,19 @@ def grpo_config(preset: dict | None = None, **overrides) -> GRPOSettings:
         cfg.model = replace(cfg.model, name=o.pop("model_name"))
     if "backend" in o:
         cfg.model = replace(cfg.model, backend=o.pop("backend"))
-    return replace(cfg, **{k: v for k, v in o.items() if k in GRPOSettings.__dataclass_fields__})
+    cfg = replace(cfg, **{k: v for k, v in o.items() if k in GRPOSettings.__dataclass_fields__})
+    cfg.epsilon_high = upper_clip(cfg)
+    return cfg
+
+
+def upper_clip(settings: GRPOSettings) -> float:
+    """Return the upper clip range the run trains with: ``epsilon_high`` when set, else what stock TRL 1.14.2's
+    trainer uses for None (``epsilon``), or for ``loss_type = "cispo"`` 5.0 (its cap is epsilon_high itself, not
+    1 + epsilon_high: Unsloth 2026.10.9 resolves None to 5.0 there, TRL would cap every weight at 0.2). Passed
+    as a number, it is what both TRL and Unsloth's patched config use (Unsloth replaces only a None)."""
+    if settings.epsilon_high is not None:
+        return float(settings.epsilon_high)
+    return 5.0 if settings.loss_type == "cispo" else float(settings.epsilon)
 
 
 def build_task(settings: GRPOSettings, preset: dict):
@@ -214,15 +229,18 @@ def training_rows(settings: GRPOSettings, task, preset: dict, rows: list[dict] |
     return out
 
 
-def training_args(settings: GRPOSettings, reward_weights: list[float], out: Path):
-    """Return the GRPOConfig of a run: every loss and optimiser setting explicit (see GRPOSettings), checkpoints
-    every ``save_steps``."""
+def training_args(settings: GRPOSettings, reward_weights: list[float], out: Path, backend: str | None = None):
+    """Return the GRPOConfig of a run on ``backend`` (default: what choose_backend picks for the settings): every
+    loss and optimiser setting explicit (see GRPOSettings), checkpoints every ``save_steps``, gradient
+    checkpointing by the Trainer on the transformers backend only (checkpoints.gradient_checkpointing)."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl import GRPOConfig
 
     from agentrl.train.checkpoints import gradient_checkpointing, save_args
+    from agentrl.train.models import choose_backend
 
     use_cpu = not _cuda()
+    backend = backend or choose_backend(settings.model.backend)[0]
     if settings.batch_size * settings.grad_accum % settings.num_generations:
         raise DataError(f"grpo.batch_size x grad_accum ({settings.batch_size * settings.grad_accum}) must be a "
                         f"multiple of num_generations ({settings.num_generations})")
@@ -235,15 +253,16 @@ def training_args(settings: GRPOSettings, reward_weights: list[float], out: Path
         max_completion_length=settings.max_completion_length,
         max_tool_calling_iterations=settings.max_tool_calling_iterations, temperature=settings.temperature,
         top_p=settings.top_p, beta=settings.beta, loss_type=settings.loss_type, scale_rewards=settings.scale_rewards,
-        epsilon=settings.epsilon, epsilon_high=settings.epsilon_high,
-        mask_truncated_completions=settings.mask_truncated_completions,
+        epsilon=settings.epsilon, epsilon_high=upper_clip(settings),
+        mask_truncated_completions=bool(settings.mask_truncated_completions),
         vllm_importance_sampling_correction=settings.vllm_importance_sampling_correction,
         reward_weights=reward_weights, log_completions=settings.log_completions, num_completions_to_print=2,
         logging_steps=settings.logging_steps, report_to=settings.report_to, seed=settings.seed,
         use_cpu=use_cpu, bf16=not use_cpu and _bf16(), fp16=not use_cpu and not _bf16(),
-        gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing),
+        gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing, backend),
         use_vllm=settings.use_vllm, vllm_mode=settings.vllm_mode,
-        vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization, vllm_server_host=settings.vllm_server_host,
+        vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
+        vllm_tensor_parallel_size=settings.vllm_tensor_parallel_size, vllm_server_host=settings.vllm_server_host,
         vllm_server_port=settings.vllm_server_port, vllm_max_model_length=settings.model.max_seq_length,
         disable_tqdm=not _tty(), **save_args(settings.save_steps, settings.save_total_limit),
     )
@@ -256,7 +275,7 @@ def make_trainer(settings: GRPOSettings, loaded, task, rows: list[dict], out: Pa
     from trl import GRPOTrainer
 
     funcs, weights, _ = reward_functions(settings)
-    args = training_args(settings, weights, out)
+    args = training_args(settings, weights, out, loaded.backend)
     return GRPOTrainer(model=loaded.model, processing_class=loaded.tokenizer, reward_funcs=funcs, args=args,
                        train_dataset=Dataset.from_list(rows), environment_factory=task.make_env,
                        callbacks=list(callbacks))
@@ -365,9 +384,10 @@ def summarize(history: list[dict], reward_names: list[str]) -> dict:
 
 
 def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | Path = "runs", resume: bool = False,
-             callbacks=()) -> GRPOResult:
+             overwrite: bool = False, callbacks=()) -> GRPOResult:
     """Train with GRPO (from the last checkpoint when ``resume``: adapter, optimizer, RNG, trainer state and
-    the agent evaluations so far), evaluate along the way and at the end, save the adapter; return a GRPOResult."""
+    the agent evaluations so far; else an earlier run's checkpoints and evaluations are moved aside, or deleted
+    when ``overwrite``), evaluate along the way and at the end, save the adapter; return a GRPOResult."""
     from agentrl.train.checkpoints import prepare
     from agentrl.train.models import load_for_training
 
@@ -378,7 +398,8 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
     task = build_task(settings, preset)
     train_rows, held_out = split_rows(settings, preset)
     rows = training_rows(settings, task, preset, train_rows)
-    checkpoint = prepare(out / "trainer", resume) if resume or _main_process() else None
+    checkpoint = (prepare(out / "trainer", resume, overwrite, extra=("evals.json",)) if resume or _main_process()
+                  else None)
     if checkpoint is None and _main_process():
         (out / "evals.json").unlink(missing_ok=True)  # an earlier run's: a later --resume must not read it
     evals = resumed_evals(out, checkpoint)

@@ -4,9 +4,11 @@
   kernels and gradient checkpointing) when a CUDA GPU is present and unsloth is installed;
 - ``transformers``: ``AutoModelForCausalLM`` + ``peft.get_peft_model`` everywhere else (the tested path).
 
-``backend="auto"`` picks Unsloth when it can run. Asking for Unsloth without a GPU logs why and falls back,
-unless ``UNSLOTH_FORCE_CPU=1`` asks for Unsloth's CPU backend on purpose (that is how its code path is
-tested here). The choice and the reason are returned so they reach the manifest.
+``backend="auto"`` picks Unsloth when it can run in one process; under a distributed launch (``accelerate
+launch`` with FSDP, DeepSpeed or several DDP processes) it picks transformers + peft, the path whose FSDP and
+DDP settings are tested here. Asking for Unsloth without a GPU logs why and falls back, unless
+``UNSLOTH_FORCE_CPU=1`` asks for Unsloth's CPU backend on purpose (that is how its code path is tested here).
+The choice and the reason are returned so they reach the manifest.
 """
 
 from __future__ import annotations
@@ -57,27 +59,63 @@ class LoadedModel:
     reason: str
 
 
-def choose_backend(requested: str) -> tuple[str, str]:
-    """Return ``(backend, reason)`` for the requested backend on this machine."""
-    import torch
+def choose_backend(requested: str, *, cuda: bool | None = None, unsloth: bool | None = None) -> tuple[str, str]:
+    """Return ``(backend, reason)`` for the requested backend on this machine (``cuda``: a CUDA GPU is usable,
+    ``unsloth``: unsloth is installed; detected when None)."""
+    from agentrl.train.checkpoints import distributed_launch
 
-    has_gpu = torch.cuda.is_available()
-    has_unsloth = importlib.util.find_spec("unsloth") is not None
-    forced_cpu = os.environ.get("UNSLOTH_FORCE_CPU") == "1"
     if requested not in ("auto", "unsloth", "transformers"):
         from agentrl.io import DataError
 
         raise DataError(f"model.backend must be auto, unsloth or transformers (got {requested!r})")
     if requested == "transformers":
         return "transformers", "requested"
-    if has_unsloth and (has_gpu or forced_cpu):
-        return "unsloth", "CUDA GPU present" if has_gpu else "UNSLOTH_FORCE_CPU=1 (Unsloth's CPU backend)"
-    why = "no CUDA GPU" if not has_gpu else "unsloth is not installed"
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    has_unsloth = importlib.util.find_spec("unsloth") is not None if unsloth is None else unsloth
+    forced_cpu = os.environ.get("UNSLOTH_FORCE_CPU") == "1"
+    launch = distributed_launch()
+    if requested == "auto" and launch:
+        # Unsloth's single-GPU defaults (offloaded checkpointing, colocated vLLM) are what the presets size; across
+        # processes the tested path is transformers + peft (FSDP/ZeRO shard the model, FSDP checkpoints layers)
+        return "transformers", f"distributed launch ({launch}): auto picks transformers + peft"
+    if has_unsloth and (cuda or forced_cpu):
+        return "unsloth", "CUDA GPU present" if cuda else "UNSLOTH_FORCE_CPU=1 (Unsloth's CPU backend)"
+    why = "no CUDA GPU" if not cuda else "unsloth is not installed"
     if requested == "unsloth":
         log.warning("Unsloth was requested but %s: falling back to transformers + peft "
                     "(install unsloth on a CUDA machine for its kernels)", why)
         return "transformers", f"unsloth requested but {why}: fell back"
     return "transformers", why
+
+
+def unsloth_checkpointing(cfg: ModelConfig) -> str | bool:
+    """Return Unsloth's ``use_gradient_checkpointing`` for ``cfg``: "unsloth" (offloaded) when asked, except under
+    FSDP activation checkpointing, which already recomputes every layer (both would recompute each one twice)."""
+    from agentrl.train.checkpoints import fsdp_activation_checkpointing
+
+    if not cfg.gradient_checkpointing:
+        return False
+    if fsdp_activation_checkpointing():
+        log.info("Unsloth gradient checkpointing off: FSDP's activation checkpointing recomputes the layers")
+        return False
+    return "unsloth"
+
+
+def check_fast_inference(cfg: ModelConfig, backend: str) -> None:
+    """Raise DataError when ``cfg`` asks Unsloth for a colocated vLLM engine under FSDP (Unsloth 2026.10.9
+    refuses ``fast_inference`` with FSDP2: loader_utils.raise_if_fast_inference_under_fsdp2), before any model
+    is downloaded."""
+    from agentrl.train.checkpoints import fsdp
+
+    if backend == "unsloth" and cfg.fast_inference and fsdp():
+        from agentrl.io import DataError
+
+        raise DataError("grpo.model.fast_inference = true cannot run under FSDP (Unsloth's colocated vLLM is "
+                        "single-process): launch without FSDP, or use backend = \"transformers\" with TRL's vLLM "
+                        "(use_vllm = true, vllm_mode = \"server\" on separate GPUs; docs/scaling.md)")
 
 
 def adapter_rank(adapter: str | None) -> int | None:
@@ -112,6 +150,7 @@ def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | Non
 
         raise DataError(f"{adapter}: adapter not found (expected adapter_config.json in it)")
     backend, reason = choose_backend(cfg.backend)
+    check_fast_inference(cfg, backend)
     log.info("training backend: %s (%s)", backend, reason)
     if backend == "unsloth":
         # Unsloth patches trl and transformers when imported and warns (fewer optimisations) if they came first:
@@ -134,7 +173,7 @@ def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | Non
 def _load_unsloth(cfg: ModelConfig, lora: bool, reason: str, adapter: str | None = None) -> LoadedModel:
     from unsloth import FastLanguageModel
 
-    checkpointing = "unsloth" if cfg.gradient_checkpointing else False
+    checkpointing = unsloth_checkpointing(cfg)
     # vLLM reserves LoRA slots of max_lora_rank: it must cover the adapter GRPO continues from (SFT used r 64)
     rank = max(cfg.lora.r, adapter_rank(adapter) or 0)
     extra = {"fast_inference": True, "gpu_memory_utilization": cfg.gpu_memory_utilization,

@@ -6,7 +6,7 @@ Unsloth's ``train_on_responses_only`` when TRL does not know the template. Seque
 ``max_length`` are dropped (default: a cut trajectory teaches the model to stop mid-task) or truncated,
 and counted. Output, under ``runs/sft/<name>/``::
 
-    adapter/        LoRA adapter + tokenizer (PeftModel, or `vllm serve --enable-lora --max-lora-rank 64`)
+    adapter/        LoRA adapter + tokenizer (PeftModel, or vLLM with --enable-lora --max-lora-rank 64)
     merged/         16-bit merged model, when merge = true
     check/base/     agent run of the base model on held-out questions
     check/sft/      the same questions with the adapter
@@ -14,6 +14,8 @@ and counted. Output, under ``runs/sft/<name>/``::
     manifest.json   config, backend (and why), versions, counts
     trainer/runs/   TensorBoard logs
     trainer/checkpoint-<step>/  every ``save_steps`` steps; ``agentrl sft --resume`` continues from the last
+    trainer/earlier-<n>/        an earlier run's checkpoints, moved aside by a run without --resume (--overwrite
+                                deletes them instead)
 """
 
 from __future__ import annotations
@@ -193,7 +195,8 @@ def load_data(settings: SFTSettings, tokenizer) -> SFTData:
 
 def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out: Path):
     """Return the SFTConfig of a run: the preset's fields, checkpoints every ``save_steps``, gradient
-    checkpointing by the Trainer on the transformers backend only (Unsloth applies its own at load time)."""
+    checkpointing by the Trainer on the transformers backend only (Unsloth applies its own at load time:
+    checkpoints.gradient_checkpointing)."""
     from trl import SFTConfig
 
     from agentrl.train.checkpoints import gradient_checkpointing, save_args
@@ -208,8 +211,7 @@ def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out
         gradient_accumulation_steps=settings.grad_accum, max_length=settings.max_length,
         truncation_mode="keep_start", packing=settings.packing,
         assistant_only_loss=data.trl_masks if data is not None else True,
-        gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing
-                                                      and backend == "transformers"),
+        gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing, backend),
         eval_strategy=("steps" if settings.eval_steps else "epoch") if has_val else "no",
         eval_steps=settings.eval_steps, logging_steps=settings.logging_steps, logging_first_step=True,
         report_to=settings.report_to, seed=settings.seed, use_cpu=use_cpu,
@@ -236,12 +238,14 @@ def make_trainer(settings: SFTSettings, loaded, data: SFTData, out: Path, callba
     return trainer
 
 
-def train(trainer, loaded, data: SFTData, resume: bool = False) -> dict:
-    """Run the training (from the last checkpoint when ``resume``); return the metrics (loss curve, eval loss,
-    backend, world size, counts, and the checkpoint resumed from)."""
+def train(trainer, loaded, data: SFTData, resume: bool = False, overwrite: bool = False) -> dict:
+    """Run the training (from the last checkpoint when ``resume``; an earlier run's checkpoints are moved aside,
+    or deleted when ``overwrite``); return the metrics (loss curve, eval loss, backend, world size, counts, and
+    the checkpoint resumed from)."""
     from agentrl.train.checkpoints import prepare
 
-    checkpoint = prepare(trainer.args.output_dir, resume) if trainer.is_world_process_zero() or resume else None
+    checkpoint = (prepare(trainer.args.output_dir, resume, overwrite) if trainer.is_world_process_zero() or resume
+                  else None)
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     history = trainer.state.log_history
@@ -257,9 +261,9 @@ def train(trainer, loaded, data: SFTData, resume: bool = False) -> dict:
 
 
 def run_sft(settings: SFTSettings, preset: dict | None = None, *, runs: str | Path = "runs", resume: bool = False,
-            callbacks=()) -> SFTResult:
-    """Train (from the last checkpoint when ``resume``), save the adapter (and merged model), run the inference
-    check; return an SFTResult.
+            overwrite: bool = False, callbacks=()) -> SFTResult:
+    """Train (from the last checkpoint when ``resume``; ``overwrite`` deletes an earlier run's checkpoints instead
+    of moving them aside), save the adapter (and merged model), run the inference check; return an SFTResult.
 
     Under ``accelerate launch`` every process trains; only the main one writes files and runs the check.
     """
@@ -267,7 +271,7 @@ def run_sft(settings: SFTSettings, preset: dict | None = None, *, runs: str | Pa
     loaded = load_model(settings)
     data = load_data(settings, loaded.tokenizer)
     trainer = make_trainer(settings, loaded, data, out, callbacks)
-    metrics = train(trainer, loaded, data, resume)
+    metrics = train(trainer, loaded, data, resume, overwrite)
     main = trainer.is_world_process_zero()
     if main:
         save_adapter(trainer.model, loaded.tokenizer, out, settings)
