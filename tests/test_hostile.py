@@ -12,13 +12,14 @@ import sys
 import time
 import uuid
 
+import numpy as np
 import pytest
 
 from agentrl.cli import main
 from agentrl.envs.search import LocalSearch, SearchEnv
 from agentrl.io import DataError
 from agentrl.policies.endpoint import EndpointConfig, EndpointPolicy
-from agentrl.runner import RunConfig, RunLock, run_batch
+from agentrl.runner import RunConfig, RunLock, arun_batch, run_batch
 from agentrl.scripted_endpoint import HOSTILE
 from agentrl.tasks import search_task
 from conftest import free_port, start_process, stop_process
@@ -45,6 +46,8 @@ TOOL = {"tool_call_not_object": "invalid_tool_call", "tool_call_no_function": "i
         "arguments_list": "invalid_arguments", "arguments_invalid_json": "invalid_arguments",
         "arguments_deeply_nested": "invalid_arguments", "arguments_oversized": "invalid_arguments",
         "arguments_long_query": "tool_exception", "arguments_extra_key": "invalid_arguments",
+        "arguments_object_deeply_nested": "invalid_arguments", "arguments_object_nested": "invalid_arguments",
+        "arguments_object_oversized": "invalid_arguments", "hermes_deeply_nested": "invalid_tool_call",
         "arguments_wrong_type": "tool_exception", "query_empty": "tool_exception", "query_no_terms": None,
         "query_punctuation": None, "query_nul": None, "many_calls": None, "duplicate_call_ids": None,
         "call_id_missing": None, "echo_key_in_tool_args": None}
@@ -113,6 +116,23 @@ def test_every_hostile_reply_ends_as_its_expected_outcome_and_nothing_leaks(keye
                                       "endpoint_unavailable": 2}
 
 
+def test_deep_or_oversized_argument_objects_come_back_to_the_model_as_tool_errors(keyed_endpoint, small_retriever,
+                                                                                   tmp_path, transport):
+    task = search_task(LocalSearch(small_retriever), top_k=2)
+    kinds = ["arguments_object_deeply_nested", "arguments_object_nested", "arguments_object_oversized",
+             "arguments_deeply_nested", "hermes_deeply_nested"]
+    run_batch(_policy(keyed_endpoint, transport), task, _rows(kinds), tmp_path / "r", RunConfig(progress=False))
+    recs = {r["id"]: r for r in map(json.loads, (tmp_path / "r" / "trajectories.jsonl").read_text().splitlines())}
+    first_tool = {k: next(m for m in recs[k]["messages"] if m["role"] == "tool") for k in kinds}
+    for kind in ("arguments_object_deeply_nested", "arguments_object_nested"):
+        assert "arguments nested deeper than 64 levels" in first_tool[kind]["content"], kind
+        assert len(recs[kind]["messages"][2]["tool_calls"][0]["function"]["arguments"]) < 100  # not forwarded
+    assert "exceed the limit of 100,000" in first_tool["arguments_object_oversized"]["content"]
+    assert "nested too deeply" in first_tool["arguments_deeply_nested"]["content"]
+    for kind in kinds:  # the model read the error and went on to answer
+        assert recs[kind]["error"] is None and recs[kind]["metrics"]["em"] == 1.0, (kind, recs[kind]["error"])
+
+
 def test_a_truncated_body_is_retried_and_recorded_only_after_the_retries(keyed_endpoint, small_retriever, tmp_path,
                                                                          transport):
     task = search_task(LocalSearch(small_retriever), top_k=2)
@@ -167,6 +187,147 @@ def test_a_second_writer_on_the_same_run_stops_at_once_naming_the_holder(keyed_e
         pass
 
 
+def test_a_second_writer_is_told_the_run_is_held_even_when_the_file_exists_and_no_flag_is_given(keyed_endpoint,
+                                                                                                small_retriever,
+                                                                                                tmp_path):
+    out = tmp_path / "r"
+    task = search_task(LocalSearch(small_retriever), top_k=2)
+    run_batch(_policy(keyed_endpoint, "aiohttp"), task, _rows(["content_parts"]), out, RunConfig(progress=False))
+    before = (out / "trajectories.jsonl").read_bytes()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom agentrl.runner import RunLock\n"
+                               f"with RunLock({str(out)!r}):\n    print('locked', flush=True)\n    time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        for flags in ({}, {"resume": True}, {"overwrite": True}):
+            with pytest.raises(DataError, match=rf"being written by another process \(pid {holder.pid}\)"):
+                run_batch(_policy(keyed_endpoint, "aiohttp"), task, _rows(["content_parts"]), out,
+                          RunConfig(progress=False), **flags)
+        assert (out / "trajectories.jsonl").read_bytes() == before
+    finally:
+        holder.kill()
+        holder.wait()
+    with pytest.raises(DataError, match="exists: pass --resume"):  # unheld, the flags are what is missing
+        run_batch(_policy(keyed_endpoint, "aiohttp"), task, _rows(["content_parts"]), out, RunConfig(progress=False))
+
+
+# A run in its own process whose trajectories file stops taking writes at item q3: the size limit (RLIMIT_FSIZE,
+# a real EFBIG from the kernel) is set to the file's current size just before q3 is written; with "unserialisable"
+# q3's record also holds an object JSON cannot encode, so its error record is what meets the full file.
+LIMITED_RUN = '''
+import asyncio, resource, sys
+from pathlib import Path
+from agentrl.envs.math import oracle_plan
+from agentrl.io import DataError
+from agentrl.policies.oracle import OraclePolicy
+from agentrl.runner import RunConfig, arun_batch
+from agentrl.tasks import math_task
+
+out, secret, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+rows = [{"id": f"q{i}", "question": f"What is {i} + {i}? (ticket {secret})", "golden_answers": [str(2 * i)],
+         "metadata": {"calculations": [f"{i} + {i}"]}} for i in range(6)]
+
+async def annotate(traj):
+    if traj["id"] == "q3":
+        if mode == "unserialisable":
+            traj["metadata"]["handle"] = object()
+        size = (out / "trajectories.jsonl").stat().st_size
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+
+try:
+    asyncio.run(arun_batch(OraclePolicy(oracle_plan), math_task(), rows, out, RunConfig(concurrency=1, progress=False),
+                           annotate=annotate, extra_secrets=(secret,)))
+except DataError as exc:
+    print(f"error: {exc}", file=sys.stderr)
+    sys.exit(2)
+'''
+
+
+@pytest.mark.parametrize("mode", ["unserialisable", "serialisable"])
+def test_a_file_that_stops_taking_records_stops_the_run_cleanly_and_resume_finishes_it(tmp_path, mode):
+    from agentrl.envs.math import oracle_plan
+    from agentrl.policies.oracle import OraclePolicy
+    from agentrl.tasks import math_task
+
+    secret = "sk-run-Yy72-do-not-write"
+    script, out = tmp_path / "limited_run.py", tmp_path / "run"
+    script.write_text(LIMITED_RUN)
+    proc = subprocess.run([sys.executable, str(script), str(out), secret, mode], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"{out / 'trajectories.jsonl'}: a record could not be written (OSError: [Errno 27] File too large" \
+        in proc.stderr and "The 3 records already in the file are intact" in proc.stderr and "--resume" in proc.stderr
+    assert "Traceback" not in proc.stderr and secret not in proc.stderr
+    lines = (out / "trajectories.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ["q0", "q1", "q2"]  # complete lines only
+    # resume in this process, without the limit: the finished records are kept, the rest is run
+    rows = [{"id": f"q{i}", "question": f"What is {i} + {i}? (ticket {secret})", "golden_answers": [str(2 * i)],
+             "metadata": {"calculations": [f"{i} + {i}"]}} for i in range(6)]
+    metrics = asyncio.run(arun_batch(OraclePolicy(oracle_plan), math_task(), rows, out,
+                                     RunConfig(concurrency=1, progress=False), resume=True, extra_secrets=(secret,)))
+    recs = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in recs] == [f"q{i}" for i in range(6)] and lines == [json.dumps(r, ensure_ascii=False,
+                                                                                 separators=(",", ":"))
+                                                                                      for r in recs[:3]]
+    assert metrics["missing"] == 0 and metrics["overall"]["em"] == 1.0
+    for path in out.iterdir():
+        assert secret.encode() not in path.read_bytes(), path.name
+
+
+def test_a_line_the_disk_takes_only_part_of_is_cut_back_and_refused(tmp_path):
+    # a file-size limit 10 bytes past the end: the kernel writes 10 bytes of the next line and reports success
+    script = """
+import os, resource, sys
+from agentrl.io import JsonlAppender, read_jsonl
+path = sys.argv[1]
+with JsonlAppender(path) as out:
+    out.write({"id": 1})
+    size = os.path.getsize(path)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 10, resource.RLIM_INFINITY))
+    try:
+        out.write({"id": 2, "text": "x" * 100})
+    except OSError as exc:
+        print("refused:", exc)
+    print("size kept:", os.path.getsize(path) == size)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    out.write({"id": 3})
+print("ids:", [r["id"] for r in read_jsonl(path)])
+"""
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "t.jsonl")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "refused: [Errno 28] short write (10 of" in proc.stdout
+    assert "size kept: True" in proc.stdout and "ids: [1, 3]" in proc.stdout
+
+
+def test_an_unserialisable_record_becomes_a_scrubbed_error_record_and_the_run_goes_on(tmp_path):
+    from agentrl.envs.math import oracle_plan
+    from agentrl.policies.oracle import OraclePolicy
+    from agentrl.tasks import math_task
+
+    secret = "sk-run-Qq19-do-not-write"
+
+    class Handle:
+        def __repr__(self):
+            return f"<handle {secret}>"
+
+    async def annotate(traj):
+        if traj["id"] == "q1":
+            traj["metadata"]["handle"] = Handle()
+
+    rows = [{"id": f"q{i}", "question": f"What is {i} + {i}? (ticket {secret})", "golden_answers": [str(2 * i)]}
+            for i in range(3)]
+    out = tmp_path / "run"
+    metrics = asyncio.run(arun_batch(OraclePolicy(oracle_plan), math_task(), rows, out,
+                                     RunConfig(concurrency=1, progress=False), annotate=annotate,
+                                     extra_secrets=(secret,)))
+    recs = {r["id"]: r for r in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())}
+    assert recs["q1"]["error_kind"] == "write_error" and "not JSON serialisable: Handle" in recs["q1"]["error"]
+    assert recs["q1"]["question"] == "What is 1 + 1? (ticket ***)" and metrics["missing"] == 0
+    assert recs["q0"]["error"] is None and recs["q2"]["error"] is None
+    assert secret.encode() not in (out / "trajectories.jsonl").read_bytes()
+
+
 # ----------------------------------------------------------------------------- queries
 
 
@@ -196,41 +357,124 @@ def test_search_command_prints_one_line_for_a_query_without_terms(small_index, c
     assert out.startswith("no passage matches") and "\n" not in out
 
 
+def test_the_search_tool_query_limit_comes_from_eval_and_grpo_config(keyed_endpoint, small_index, small_retriever,
+                                                                      tmp_path):
+    from agentrl.evaluate import build_task, eval_config
+    from agentrl.train import grpo
+
+    async def search(task, query):
+        env = task.make_env()
+        env.reset(question="Q?", golden_answers=["a"])
+        return await env.search(query)
+
+    default = build_task(eval_config({"eval": {"index": str(small_index)}}))
+    assert "max_query_chars" not in default.config  # unchanged fingerprint for runs made before the setting
+    with pytest.raises(ValueError, match=r"query too long: 2,001 characters \(limit 2,000\)"):
+        asyncio.run(search(default, "x" * 2001))
+    preset = {"eval": {"index": str(small_index), "max_query_chars": 40}, "grpo": {"max_query_chars": 30}}
+    evaluated, trained = build_task(eval_config(preset)), grpo.build_task(grpo.grpo_config(preset), preset)
+    assert evaluated.config["max_query_chars"] == 40 and trained.config["max_query_chars"] == 30
+    assert "(Title:" in asyncio.run(search(evaluated, "Ed Wood film " + "x" * 27))  # 40 characters
+    with pytest.raises(ValueError, match=r"41 characters \(limit 40\)"):
+        asyncio.run(search(evaluated, "Ed Wood film " + "x" * 28))
+    with pytest.raises(ValueError, match=r"31 characters \(limit 30\)"):
+        asyncio.run(search(trained, "x" * 31))
+    with pytest.raises(DataError, match="max_query_chars must be a positive integer"):
+        build_task(eval_config({"eval": {"index": str(small_index), "max_query_chars": 0}}))
+    # end to end: a 6,000-character query from the endpoint is a tool error by default and runs under a higher limit
+    for limit, expected in ((None, "tool_exception"), (10_000, None)):
+        task = search_task(LocalSearch(small_retriever), top_k=2, max_query_chars=limit)
+        run_batch(_policy(keyed_endpoint, "aiohttp"), task, _rows(["arguments_long_query"]), tmp_path / str(limit),
+                  RunConfig(progress=False))
+        (rec,) = map(json.loads, (tmp_path / str(limit) / "trajectories.jsonl").read_text().splitlines())
+        assert next(m for m in rec["messages"] if m["role"] == "tool").get("error") == expected
+
+
 def _rss_kb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as fh:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
 
 
-def test_mcp_server_refuses_long_queries_at_once_with_bounded_memory_and_keeps_serving(small_index):
-    from mcp import Client
-
+@pytest.fixture
+def mcp_server(small_index):
+    """A fresh MCP server process over the sample index (its memory is measured): ``(process, url)``."""
     port = free_port()
     proc = start_process([sys.executable, "-m", "agentrl.cli", "serve", "--index", str(small_index),
                           "--transport", "http", "--port", str(port)], port)
-    try:
-        async def run():
-            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
-                ok = await client.call_tool("search", {"query": "Ed Wood film", "top_k": 2})
-                assert not ok.is_error
-                poisoned = await asyncio.gather(*(client.call_tool("search", {"query": q, "top_k": 2})
-                                                  for q in POISON + ["Ed Wood film"] * 5))
-                assert not any(r.is_error for r in poisoned)
-                before = _rss_kb(proc.pid)
-                started = time.perf_counter()
-                errors = []
-                for i in range(200):  # distinct 1 MB queries: none may be cached or searched
-                    r = await client.call_tool("search", {"query": f"{i} " + "x" * 1_000_000, "top_k": 2})
-                    errors.append(r.is_error and "query too long" in r.content[0].text)
-                per_call = (time.perf_counter() - started) / 200
-                after = _rss_kb(proc.pid)
-                again = await client.call_tool("search", {"query": "Ed Wood film", "top_k": 2})
-                return errors, (after - before) / 1024, per_call, again
+    yield proc, f"http://127.0.0.1:{port}/mcp"
+    stop_process(proc)
 
-        errors, growth_mb, per_call, again = asyncio.run(run())
-        assert all(errors) and not again.is_error
-        assert growth_mb < 150, f"server RSS grew {growth_mb:.0f} MB over 200 distinct 1 MB queries"
-    finally:
-        stop_process(proc)
+
+def test_mcp_server_refuses_long_queries_at_once_with_bounded_memory_and_keeps_serving(mcp_server):
+    from mcp import Client
+
+    proc, url = mcp_server
+
+    async def run():
+        async with Client(url) as client:
+            ok = await client.call_tool("search", {"query": "Ed Wood film", "top_k": 2})
+            assert not ok.is_error
+            poisoned = await asyncio.gather(*(client.call_tool("search", {"query": q, "top_k": 2})
+                                              for q in POISON + ["Ed Wood film"] * 5))
+            assert not any(r.is_error for r in poisoned)
+            before = _rss_kb(proc.pid)
+            started = time.perf_counter()
+            errors = []
+            for i in range(200):  # distinct 1 MB queries: none may be cached or searched
+                r = await client.call_tool("search", {"query": f"{i} " + "x" * 1_000_000, "top_k": 2})
+                errors.append(r.is_error and "query too long" in r.content[0].text)
+            per_call = (time.perf_counter() - started) / 200
+            after = _rss_kb(proc.pid)
+            again = await client.call_tool("search", {"query": "Ed Wood film", "top_k": 2})
+            return errors, (after - before) / 1024, per_call, again
+
+    errors, growth_mb, per_call, again = asyncio.run(run())
+    assert all(errors) and not again.is_error
+    assert growth_mb < 150, f"server RSS grew {growth_mb:.0f} MB over 200 distinct 1 MB queries"
+
+
+def _long_query(i: int, chars: int) -> str:
+    """A distinct query of exactly ``chars`` characters made of words the sample corpus holds."""
+    words = ["Ed", "Wood", "film", "director", "Scott", "Derrickson", "American", "Doctor", "Strange", "composer",
+             "Tyler", "Bates", "nationality", "born", "California", "movie", "science", "fiction", "actor", "writer"]
+    rng = np.random.default_rng(i)
+    text = f"query {i}:"
+    while len(text) < chars:
+        text += " " + words[rng.integers(len(words))]
+    return text[:chars]
+
+
+# RSS the server may gain over 200 distinct queries just under the limit. Measured +26 MB (+60 MB with the former
+# cache of one array and the full text per query); the cached vectors are ~0.3 MB of it, the rest is the allocator
+# keeping the encoder's freed buffers (docs/decisions.md, issue 15).
+RSS_BOUND_MB = 100
+
+
+def test_mcp_server_memory_stays_bounded_over_distinct_queries_just_under_the_limit(mcp_server):
+    from mcp import Client
+
+    proc, url = mcp_server
+    queries = [_long_query(i, 1_999) for i in range(208)]
+    assert len(set(queries)) == 208 and {len(q) for q in queries} == {1_999}
+
+    async def run():
+        async with Client(url) as client:
+            for q in queries[:8]:  # warm-up: the encoder's buffers for long inputs
+                await client.call_tool("search", {"query": q, "top_k": 2})
+            rss = [_rss_kb(proc.pid)]
+            for _ in range(2):  # 200 distinct queries, each searched (and its vector cached); then the same again
+                for q in queries[8:]:
+                    r = await client.call_tool("search", {"query": q, "top_k": 2})
+                    assert not r.is_error and len(r.structured_content["result"]) == 2, r.content
+                rss.append(_rss_kb(proc.pid))
+            return rss
+
+    rss = asyncio.run(run())
+    growth = [(b - a) / 1024 for a, b in zip(rss, rss[1:], strict=False)]
+    print(f"RSS {rss[0] / 1024:.0f} MB, growth over 200 distinct 1,999-character queries: {growth[0]:.1f} MB, "
+          f"over the same 200 again: {growth[1]:.1f} MB")
+    assert growth[0] < RSS_BOUND_MB, f"server RSS grew {growth[0]:.0f} MB over 200 distinct queries"
+    assert growth[1] < RSS_BOUND_MB / 5, f"server RSS grew {growth[1]:.0f} MB over 200 cached queries"
 
 
 def test_analyze_refuses_a_trajectory_without_messages_naming_file_and_line(tmp_path, capsys):

@@ -99,6 +99,26 @@ def test_rows_without_evidence_name_the_file_the_row_and_the_layouts(tmp_path, c
     assert not (tmp_path / "c").exists()
 
 
+def test_rows_in_an_unknown_layout_inside_a_valid_file_are_counted_and_named_in_a_warning(tmp_path, small_index):
+    from agentrl.corpus import build_corpus
+    from agentrl.retrieval import Retriever
+    from agentrl.retrieval_eval import evaluate_retrieval
+
+    unknown = {"question": "Q?", "golden_answers": ["a"], "metadata": {"evidence": [{"title": "T", "text": "t"}]}}
+    rows = [LAYOUT_ROWS["musique"], {**unknown, "id": "u1"}, LAYOUT_ROWS["hotpotqa-flashrag"], {**unknown, "id": "u2"}]
+    qa = tmp_path / "partly.jsonl"
+    qa.write_text(json.dumps(rows[0]) + "\n\n" + "".join(json.dumps(r) + "\n" for r in rows[1:]))  # a blank line 2
+    with pytest.warns(UserWarning) as caught:
+        counts = build_corpus(tmp_path / "c", qa=qa, chunk_size=None, progress=False)
+    assert counts["documents"] == 2  # A and B (the same in both known rows), nothing from the others
+    (message,) = [str(w.message) for w in caught if "skipped" in str(w.message)]
+    assert message.startswith(f"{qa}: 2 of 4 rows have no context paragraphs in any known layout and were skipped")
+    assert "the first is line 3 (id 'u1')" in message and "question_decomposition" in message
+    with pytest.warns(UserWarning, match=r"2 of 4 rows have no gold evidence .* the first is line 3 \(id 'u1'\)"):
+        report = evaluate_retrieval(Retriever.load(small_index), load_qa(qa), methods=["bm25"], source=str(qa))
+    assert report["summary"]["questions_without_gold"] == 2
+
+
 def test_retrieval_eval_without_gold_evidence_names_the_file_and_row(small_index, tmp_path, capsys):
     qa = tmp_path / "nogold.jsonl"
     qa.write_text(json.dumps({"id": "q9", "question": "Who?", "golden_answers": ["a"]}) + "\n")

@@ -181,11 +181,15 @@ PARIS = [  # one long document in three chunks, two documents sharing a title, a
 ]
 
 
-@pytest.fixture(scope="module")
-def paris_index(tmp_path_factory, embedder):
+def _index(passages, directory, embedder):
     from agentrl.retrieval import build_index
 
-    return build_index(PARIS, tmp_path_factory.mktemp("paris") / "index", embedder=embedder, progress=False)
+    return build_index(passages, directory / "index", embedder=embedder, progress=False)
+
+
+@pytest.fixture(scope="module")
+def paris_index(tmp_path_factory, embedder):
+    return _index(PARIS, tmp_path_factory.mktemp("paris"), embedder)
 
 
 @pytest.mark.parametrize("method", ["bm25", "dense", "hybrid"])
@@ -239,3 +243,68 @@ def test_mcp_tool_returns_distinct_documents(paris_index):
 
     titles = asyncio.run(main())
     assert len(titles) == len(set(titles)) == 5
+
+
+# one document cut into 60 chunks that all match the query better than any other document
+LONG_DOC = [{"id": f"0-{c}", "doc_id": "0", "chunk": c, "title": "Paris",
+             "text": f"Paris is the capital of France. Paris capital fact number {c}."} for c in range(60)] + [
+    {"id": f"{d}-0", "doc_id": str(d), "chunk": 0, "title": t, "text": x} for d, (t, x) in enumerate([
+        ("Lyon", "Lyon is a city of France, not its capital."), ("Berlin", "Berlin is the capital of Germany."),
+        ("Seine", "The Seine flows through the capital of France."), ("Rome", "Rome is the capital of Italy."),
+        ("Marseille", "Marseille is a port of France."), ("Madrid", "Madrid is the capital of Spain.")], start=1)]
+
+
+def test_a_document_with_many_chunks_still_leaves_top_k_distinct_documents_for_every_method(tmp_path, embedder):
+    r = Retriever.load(_index(LONG_DOC, tmp_path, embedder))
+    query = "Paris capital of France"
+    for method in ("bm25", "dense", "hybrid"):
+        first_fetch = r.rank_batch([query], max(4 * 5, 5 + 20), method, distinct=False)[0]
+        assert {r.doc_key(i) for i, _ in first_fetch} == {"paris"}, method  # the situation: one document
+        hits = r.search(query, 5, method)
+        assert len(hits) == len({h.title for h in hits}) == 5 and hits[0].title == "Paris", method
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        assert len(r.search(query, 7, method)) == 7  # every document of the corpus, once each
+        assert len(r.search(query, 50, method)) == 7
+
+
+# forty documents whose passages score exactly alike for BM25 (same text, one-token titles that are no query term),
+# written in shuffled order: a tie wider than the first fetch
+TIED = [{"id": f"p{n}", "doc_id": f"d{n}", "chunk": 0, "title": f"T{n:02d}",
+         "text": "The harbour lighthouse guides ships at night."} for n in np.random.default_rng(3).permutation(40)]
+
+
+def test_equal_scores_are_ordered_by_title_then_passage_id_over_the_whole_tie(tmp_path, embedder):
+    extra = [{"id": "z1", "doc_id": "z", "chunk": 1, "title": "T00", "text": TIED[0]["text"]},  # a second T00 chunk
+             {"id": "q0", "doc_id": "q", "chunk": 0, "title": "Quay", "text": "The old quay and its lighthouse."}]
+    r = Retriever.load(_index(TIED + extra, tmp_path, embedder))
+    raw = r.rank_batch(["harbour lighthouse quay"], 45, "bm25", distinct=False)[0]
+    tied = [s for _, s in raw if s == raw[1][1]]
+    assert r.store[raw[0][0]]["id"] == "q0" and len(tied) == 41 and raw[0][1] > tied[0]  # Quay, then 41 tied chunks
+    for k in (3, 30):
+        hits = r.search("harbour lighthouse quay", k, "bm25")
+        expected = ["Quay"] + [f"T{n:02d}" for n in range(k - 1)]
+        assert [h.title for h in hits] == expected
+        assert hits[1].id == "p0"  # T00's two tied chunks: the lower passage id ("p0" < "z1")
+    again = Retriever.load(r.directory)
+    assert [h.id for h in again.search("harbour lighthouse quay", 3, "bm25")] == ["q0", "p0", "p1"]
+
+
+def test_the_query_vector_cache_is_a_lru_bounded_by_entries_and_by_bytes(small_retriever):
+    from agentrl.retrieval.cache import QueryVectorCache
+
+    vecs = np.arange(40, dtype=np.float32).reshape(10, 4)
+    cache = QueryVectorCache(max_entries=3, max_bytes=2**20)
+    cache.put_many([f"q{i}" for i in range(3)], vecs[:3])
+    assert set(cache.get_many(["q0"])) == {"q0"}  # q0 is now the most recently used
+    cache.put_many(["q3", "q4"], vecs[3:5])
+    assert sorted(cache.get_many([f"q{i}" for i in range(5)])) == ["q0", "q3", "q4"] and len(cache) == 3
+    assert np.array_equal(cache.get_many(["q4"])["q4"], vecs[4]) and cache.nbytes == 3 * 4 * 4
+    by_bytes = QueryVectorCache(max_entries=1_000, max_bytes=5 * 4 * 4)  # room for five 4-d vectors
+    by_bytes.put_many([f"q{i}" for i in range(10)], vecs)
+    assert len(by_bytes) == 5 and by_bytes.nbytes == 80 and sorted(by_bytes.get_many(["q0", "q9"])) == ["q9"]
+    long_query = "x" * 1_999  # a long query's key is a 16-byte digest, not its text
+    assert len(QueryVectorCache.key(long_query)) == 16
+    r = small_retriever
+    first = r.query_vectors(["Ed Wood film", long_query])
+    assert {"Ed Wood film", long_query} <= set(r.query_cache.get_many(["Ed Wood film", long_query]))
+    assert np.array_equal(r.query_vectors([long_query, "Ed Wood film"]), first[::-1])

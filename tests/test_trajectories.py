@@ -308,3 +308,54 @@ def test_an_empty_validation_split_writes_no_empty_file(tmp_path):
     counts = export(data, ["trl"])
     assert counts["train"]["rows"] == 1 and counts["validation"]["rows"] == 0
     assert [p.name for p in (data / "trl").iterdir()] == ["train.jsonl"]
+
+
+def _questions_in(split, n, val_fraction, seed=0):
+    from agentrl.curate import split_of
+
+    found = (f"question {i}?" for i in range(10_000))
+    return [q for q in found if split_of(q, seed, val_fraction) == split][:n]
+
+
+def test_a_lone_question_hashed_into_validation_trains_and_no_empty_validation_file_is_written(tmp_path, capsys):
+    (question,) = _questions_in("validation", 1, 0.1)
+    path = write(tmp_path / "t.jsonl", [traj(0, question=question), traj(1, question=question, f1=0.9)])
+    data = tmp_path / "d"
+    assert main(["curate", str(path), "--out", str(data), "--val-fraction", "0.1", "--min-f1", "0.5"]) == 0
+    assert "train 1, validation 0" in capsys.readouterr().out  # one question, its best trajectory
+    assert sorted(p.name for p in data.iterdir()) == ["curation.json", "manifest.json", "train.jsonl"]
+    report = json.loads((data / "curation.json").read_text())
+    assert report["split"]["moved_to_train"] == question.rstrip("?")
+    assert report["split"]["train"] == 1 and report["split"]["validation"] == 0
+    assert [t["id"] for t in read_jsonl(data / "train.jsonl")] == ["t0"]
+    export(data, ["trl"])
+    assert [p.name for p in (data / "trl").iterdir()] == ["train.jsonl"]
+
+
+def test_when_every_question_hashes_into_validation_one_goes_back_to_train(tmp_path):
+    questions = _questions_in("validation", 4, 0.9)
+    path = write(tmp_path / "t.jsonl", [traj(i, question=q) for i, q in enumerate(questions)])
+    report = curate([path], CurateConfig(val_fraction=0.9), tmp_path / "d")
+    train, val = read_jsonl(tmp_path / "d" / "train.jsonl"), read_jsonl(tmp_path / "d" / "validation.jsonl")
+    assert (len(train), len(val)) == (1, 3) and report["split"]["shared_questions"] == 0
+    assert train[0]["question"].rstrip("?") == report["split"]["moved_to_train"]
+    assert {t["question"] for t in train} | {t["question"] for t in val} == set(questions)
+
+
+def test_a_validation_fraction_that_leaves_nothing_to_train_is_refused_without_files(tmp_path, capsys):
+    path = write(tmp_path / "t.jsonl", [traj(i) for i in range(5)])
+    for fraction in ("1.0", "-0.1"):
+        assert main(["curate", str(path), "--out", str(tmp_path / "d"), "--val-fraction", fraction]) == 2
+        assert f"data.val_fraction must be at least 0 and below 1 (got {float(fraction)})" in capsys.readouterr().err
+        assert not (tmp_path / "d").exists()
+
+
+def test_an_export_of_a_dataset_without_validation_removes_a_stale_validation_export(tmp_path):
+    data = tmp_path / "d"
+    data.mkdir()
+    write(data / "train.jsonl", [traj(0)])
+    write(data / "validation.jsonl", [traj(1)])
+    export(data, ["trl"])
+    (data / "validation.jsonl").unlink()
+    counts = export(data, ["trl"])
+    assert "validation" not in counts and [p.name for p in (data / "trl").iterdir()] == ["train.jsonl"]

@@ -203,6 +203,31 @@ def first_row_without(rows: list[dict], has, what: str, source) -> str:
     return f"{source}: supported layouts: {supported_layouts()}"
 
 
+def warn_rows_without(rows: list[dict], has, what: str, source) -> int:
+    """Warn when some (not all) ``rows`` have no ``what`` (``has(row)`` false: no known layout holds it) and are
+    skipped, naming ``source``, how many and the first one's line (its row number for a non-file source); return
+    the count. All rows without it is an error for the caller to raise (see :func:`first_row_without`)."""
+    import warnings
+
+    missing = [i for i, row in enumerate(rows) if not has(row)]
+    if missing and len(missing) < len(rows):
+        first = rows[missing[0]]
+        warnings.warn(f"{source}: {len(missing)} of {len(rows)} rows have no {what} in any known layout and were "
+                      f"skipped; the first is {_line_of(source, missing[0])} (id {first.get('id')!r}); supported "
+                      f"layouts: {supported_layouts()}", stacklevel=2)
+    return len(missing)
+
+
+def _line_of(source, index: int) -> str:
+    """``line N`` of the ``index``-th record (0-based) of a JSONL file ``source``, else ``row index+1``."""
+    path = Path(str(source))
+    if not str(source).startswith("hf:") and path.is_file():
+        for n, (lineno, _) in enumerate(iter_jsonl(path)):
+            if n == index:
+                return f"line {lineno}"
+    return f"row {index + 1}"
+
+
 # ----------------------------------------------------------------------------- documents
 
 
@@ -352,6 +377,7 @@ def build_corpus(out_dir: str | Path, *, qa: str | Path | None = None, corpus_fi
         if not docs:
             msg = first_row_without(rows, context_paragraphs, "context paragraphs", qa)
             raise DataError(f"{msg} (or give --corpus-file)")
+        warn_rows_without(rows, context_paragraphs, "context paragraphs", qa)
     else:
         docs = load_corpus_file(corpus_file, limit=limit)
     bar = tqdm(docs, desc="chunking", unit="doc", disable=None if progress else True)  # None: off without a TTY

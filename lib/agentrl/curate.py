@@ -4,7 +4,8 @@ Steps, in order: drop errored items; keep chosen environments/policies; require 
 F1 / EM / judge; maximum turns / tool calls; no tool errors; one trajectory per question (the best by F1,
 then EM, then fewest turns); balance the tool-call / turn distribution toward a target with a seed; cap the
 total; split train/validation by question (a hash of the normalised question, so the same question never
-lands on both sides, even when it comes from different runs with different ids).
+lands on both sides, even when it comes from different runs with different ids). Train is never empty; an empty
+validation split writes no file.
 
 The seed's SFT on 1,411 successes scored below SFT on 139 (F1 0.68 vs 0.70), which it traced to the uneven
 spread of tool calls and turns: balancing is the lever for that. ``balance_mode="cap"`` (default) trims each
@@ -76,6 +77,9 @@ def select(df, cfg: CurateConfig) -> tuple:
     """Apply the curation steps to a flat trajectory frame; return ``(train_df, val_df, report)``."""
     import polars as pl
 
+    if not 0 <= cfg.val_fraction < 1:
+        raise DataError(f"data.val_fraction must be at least 0 and below 1 (got {cfg.val_fraction}): "
+                        "training needs questions")
     steps: list[dict] = []
 
     def step(name: str, reason: str, keep) -> None:
@@ -126,14 +130,28 @@ def select(df, cfg: CurateConfig) -> tuple:
         _nothing_left(steps)
     df = df.with_columns(pl.col("question").map_elements(lambda q: split_of(q, cfg.seed, cfg.val_fraction),
                                                          return_dtype=pl.String).alias("split"))
-    if cfg.val_fraction > 0 and df["qkey"].n_unique() >= 2 and not (df["split"] == "validation").any():
-        first = min(df["qkey"].unique().to_list(), key=lambda q: hashlib.sha256(f"{cfg.seed}:{q}".encode()).digest())
-        df = df.with_columns(pl.when(pl.col("qkey") == first).then(pl.lit("validation")).otherwise("split")
-                             .alias("split"))
+    moved = {}
+    # Small sets can hash lopsidedly (one question at 0.1 goes to validation one time in ten). Train is never left
+    # empty: the question that hashed last into validation goes back. Validation gets one question when there are
+    # two or more and none hashed there. A single question is train only.
+    keys = sorted(df["qkey"].unique().to_list(), key=lambda q: hashlib.sha256(f"{cfg.seed}:{q}".encode()).digest())
+    if not (df["split"] == "train").any():
+        df = _move(df, keys[-1], "train")
+        moved["moved_to_train"] = keys[-1]
+    if cfg.val_fraction > 0 and len(keys) >= 2 and not (df["split"] == "validation").any():
+        df = _move(df, keys[0], "validation")
+        moved["moved_to_validation"] = keys[0]
     train, val = df.filter(pl.col("split") == "train"), df.filter(pl.col("split") == "validation")
     report["split"] = {"train": train.height, "validation": val.height, "val_fraction": cfg.val_fraction,
-                       "shared_questions": len(set(train["qkey"].to_list()) & set(val["qkey"].to_list()))}
+                       "shared_questions": len(set(train["qkey"].to_list()) & set(val["qkey"].to_list())), **moved}
     return train, val, report
+
+
+def _move(df, qkey: str, split: str):
+    """Return ``df`` with every trajectory of the normalised question ``qkey`` in ``split``."""
+    import polars as pl
+
+    return df.with_columns(pl.when(pl.col("qkey") == qkey).then(pl.lit(split)).otherwise("split").alias("split"))
 
 
 def _nothing_left(steps: list[dict]) -> None:
@@ -209,7 +227,7 @@ def write_selection(df, path: Path) -> int:
 
 def curate(sources, cfg: CurateConfig, out_dir: str | Path) -> dict:
     """Curate trajectories from ``sources`` into ``out_dir`` (train/validation JSONL + curation.json); return
-    the report."""
+    the report. ``validation.jsonl`` is written only when the validation split has a trajectory."""
     from agentrl.config import to_dict
     from agentrl.io import staged_dir, write_json
     from agentrl.manifest import write_manifest
@@ -217,10 +235,13 @@ def curate(sources, cfg: CurateConfig, out_dir: str | Path) -> dict:
 
     df = trajectory_frame(sources)
     train, val, report = select(df, cfg)
+    if train.height == 0:  # select() keeps train non-empty; an empty training file must never be written
+        raise DataError("curation left no trajectory for training; nothing was written")
     out_dir = Path(out_dir)
     with staged_dir(out_dir) as stage:
+        # no empty files: an empty validation split writes no validation.jsonl (SFT and export then skip it)
         report["written"] = {"train": write_selection(train, stage / "train.jsonl"),
-                             "validation": write_selection(val, stage / "validation.jsonl")}
+                             "validation": write_selection(val, stage / "validation.jsonl") if val.height else 0}
         write_json(stage / "curation.json", report)
         write_manifest(stage, phase="data", name=out_dir.name, config=to_dict(cfg),
                        counts={"input": df.height, **report["written"]},

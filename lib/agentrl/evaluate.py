@@ -41,6 +41,7 @@ class EvalConfig:
     sql_scoring: str = "agentbench"  # SQL headline em: AgentBench's rules, or "lenient" (normalised values)
     sql_backend: str = "sqlite"  # SQL databases: sqlite (in-process, fast) or mariadb (a real MySQL-compatible server)
     passage_chars: int | None = None
+    max_query_chars: int | None = None  # search: longer queries are a tool error; default 2,000 (envs/search.py)
     prompt: str | None = None  # default: the env's prompt
     policy: str = "endpoint"
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
@@ -64,7 +65,7 @@ def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
     o = {k: v for k, v in overrides.items() if v is not None}
     for key in ("name", "qa", "limit", "offset", "env", "index", "mcp_url", "top_k", "max_searches", "prompt",
                 "policy", "passage_chars", "search_method", "sql_partial_credit", "sql_jaccard", "raw_chunks",
-                "sql_scoring", "sql_backend"):
+                "sql_scoring", "sql_backend", "max_query_chars"):
         if key in o:
             setattr(cfg, key, o[key])
     for key in ("base_url", "model", "api_key", "temperature", "top_p", "max_tokens"):
@@ -113,7 +114,7 @@ def build_task(cfg: EvalConfig, preset: dict | None = None):
                                        overrides={"distinct": False} if cfg.raw_chunks else None)
             backend = LocalSearch(retriever, cfg.search_method)
         return search_task(backend, top_k=cfg.top_k, max_searches=cfg.max_searches, prompt=cfg.prompt or "search",
-                           passage_chars=cfg.passage_chars)
+                           passage_chars=cfg.passage_chars, max_query_chars=cfg.max_query_chars)
     if cfg.env == "sql":
         from agentrl.tasks import sql_task
 

@@ -111,13 +111,14 @@ def export(data_dir: str | Path, formats=FORMATS) -> dict:
         raise DataError(f"{data_dir / 'train.jsonl'}: nothing to export ({counts['train']['rows']} trajectories with "
                         f"an assistant turn, {counts['train']['skipped_without_assistant_turn']} without); "
                         "nothing was written")
-    for split, kept in splits.items():
+    for split in SPLITS:
+        kept = splits.get(split)
         for fmt in formats:
             target = data_dir / fmt / f"{split}.jsonl"
             if kept:
                 write_jsonl(target, (CONVERTERS[fmt](t) for t in kept))
-            else:
-                target.unlink(missing_ok=True)  # no empty split files (a stale one from an earlier export goes too)
+            else:  # no empty split files; a stale one from an earlier export goes too (validation may be absent)
+                target.unlink(missing_ok=True)
     return counts
 
 

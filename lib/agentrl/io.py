@@ -9,6 +9,7 @@ Two guarantees the rest of the library relies on:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -137,8 +138,14 @@ class JsonlAppender:
         os.ftruncate(self._fd, keep)
 
     def write(self, record: dict) -> None:
-        """Append one record as one line."""
-        os.write(self._fd, encode_line(record))
+        """Append one record as one line; raise OSError when the line could not be written whole."""
+        line = encode_line(record)
+        written = os.write(self._fd, line)
+        if written != len(line):
+            # a full disk can take part of a line without an error: cut it back, so that the file still ends at a
+            # complete line and a later append cannot turn the fragment into a malformed line mid-file
+            os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+            raise OSError(errno.ENOSPC, f"short write ({written} of {len(line)} bytes)", str(self.path))
         if self._fsync:
             os.fsync(self._fd)
 

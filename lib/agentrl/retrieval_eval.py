@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentrl.corpus import first_row_without, gold_titles
+from agentrl.corpus import first_row_without, gold_titles, warn_rows_without
 from agentrl.io import DataError
 
 DEFAULT_KS = (1, 2, 5, 10, 20)
@@ -56,6 +56,7 @@ def evaluate_retrieval(retriever, rows: list[dict], *, methods: Sequence[str] = 
     if not evaluable:
         msg = first_row_without(rows, gold_titles, "gold evidence", source)
         raise DataError(f"no question carries gold evidence: {msg}")
+    warn_rows_without(rows, gold_titles, "gold evidence", source)
     n_gold = sum(len(g) for _, g in evaluable)
     absent = sum(len(g - corpus_titles) for _, g in evaluable)
     summary = {

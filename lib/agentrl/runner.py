@@ -122,15 +122,16 @@ async def arun_batch(policy, task, rows: list[dict], out_dir: str | Path, cfg: R
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise DataError(f"duplicate id '{dup}' in the question set")
-    if path.exists() and not (resume or overwrite):
-        raise DataError(f"{path} exists: pass --resume to continue it or --overwrite to start again")
     secrets = tuple(getattr(policy, "secrets", ())) + tuple(extra_secrets)
     fingerprint = run_fingerprint(policy, task, cfg, secrets)
-    if resume and not overwrite:
-        check_resumable(out_dir, fingerprint)  # before anything in the directory is touched
     wanted = set(ids)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # the lock first: a run held by another process is reported as such, whatever the directory holds
     with RunLock(out_dir):
+        if path.exists() and not (resume or overwrite):
+            raise DataError(f"{path} exists: pass --resume to continue it or --overwrite to start again")
+        if resume and not overwrite:
+            check_resumable(out_dir, fingerprint)  # before anything in the directory is touched
         done = [r for r in load_finished(path) if r["id"] in wanted] if resume else []
         write_jsonl(path, done)  # atomic rewrite: finished lines only, so retried ids are not duplicated
         return await _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fingerprint,
@@ -153,9 +154,10 @@ async def _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fin
     for row in todo:
         queue.put_nowait(row)
     fatal: list[BaseException] = []
+    unwritable: list[str] = []  # why the trajectories file stopped taking records: the run stops
     with JsonlAppender(path) as out:
         async def worker() -> None:
-            while not fatal:
+            while not (fatal or unwritable):
                 try:
                     row = queue.get_nowait()
                 except asyncio.QueueEmpty:
@@ -173,12 +175,16 @@ async def _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fin
                 except Exception as exc:
                     kind, message = error_kind(exc, cfg.item_timeout)
                     traj = error_trajectory(policy, task, row, scrub(message, secrets), started, kind=kind)
-                try:
-                    out.write(scrub_values(traj, secrets))
-                except Exception as exc:  # noqa: BLE001 - whatever the record holds, the item is still recorded
-                    traj = error_trajectory(policy, task, row, f"the record could not be written: "
-                                            f"{type(exc).__name__}: {str(exc)[:300]}", started, kind="write_error")
-                    out.write(traj)
+                failure = _write(out, traj, secrets)
+                if isinstance(failure, Exception) and not isinstance(failure, OSError):
+                    # the record itself could not be encoded: the item is recorded as an error, retried on resume
+                    traj = error_trajectory(policy, task, row, scrub(f"the record could not be written: "
+                                            f"{type(failure).__name__}: {str(failure)[:300]}", secrets), started,
+                                            kind="write_error")
+                    failure = _write(out, traj, secrets)
+                if failure is not None:  # the file takes no record (disk full, ...): stop with what is written
+                    unwritable.append(scrub(f"{type(failure).__name__}: {str(failure)[:300]}", secrets))
+                    return
                 progress.update(traj)
 
         try:
@@ -189,7 +195,20 @@ async def _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fin
     progress.close()
     if fatal:
         raise DataError(f"the endpoint refused the run: {scrub(str(fatal[0]), secrets)}")
+    if unwritable:
+        raise DataError(f"{path}: a record could not be written ({unwritable[0]}); the run stopped. The "
+                        f"{progress.n} records already in the file are intact: fix the cause (free disk space, "
+                        "...) and rerun with --resume")
     return finalize(out_dir, rows)
+
+
+def _write(out: JsonlAppender, traj: dict, secrets: tuple[str, ...]) -> Exception | None:
+    """Append the scrubbed ``traj``; return the exception that prevented it (None when written)."""
+    try:
+        out.write(scrub_values(traj, secrets))
+    except Exception as exc:  # noqa: BLE001 - the caller decides: an error record, or the run stops
+        return exc
+    return None
 
 
 class RunLock:

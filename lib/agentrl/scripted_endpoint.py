@@ -205,6 +205,20 @@ def _fn(name, arguments, call_id="call_h") -> dict:
 
 
 _DEEP = '{"query": ' + "[" * 40_000 + "]" * 40_000 + "}"
+
+
+def _raw_calls(arguments_json: str, content: str = "") -> bytes:
+    """A tool-call reply body whose arguments are the raw JSON ``arguments_json`` (an object too deep for
+    json.dumps to write: the body is assembled as text)."""
+    body = json.dumps(_calls(_fn("search", "@ARGS@")))
+    return body.replace('"@ARGS@"', arguments_json).encode()
+
+
+def _nested(depth: int) -> dict:
+    value: object = "Paris"
+    for _ in range(depth):
+        value = [value]
+    return {"query": value}
 # kind -> (what the first request gets, what it is for). Values: bytes (a raw 200 body), (status, bytes),
 # a dict (a JSON body), or a callable(api_key) returning one of those. Kinds ending in "_once" misbehave on the
 # first request only; tool-call kinds on the first turn only.
@@ -289,6 +303,13 @@ HOSTILE = {
     "arguments_deeply_nested": _calls(_fn("search", _DEEP)),
     "arguments_oversized": _calls(_fn("search", json.dumps({"query": "Paris " * 40_000}))),
     "arguments_long_query": _calls(_fn("search", json.dumps({"query": "Paris " * 1_000}))),
+    # the same as JSON objects instead of strings (vLLM and others send objects): too deep for json.loads, deeper
+    # than the argument limit, and too large
+    "arguments_object_deeply_nested": _raw_calls(_DEEP),
+    "arguments_object_nested": _calls(_fn("search", _nested(200))),
+    "arguments_object_oversized": _calls(_fn("search", {"query": "Paris " * 40_000})),
+    "hermes_deeply_nested": _reply({"role": "assistant", "content": '<tool_call>{"name": "search", "arguments": '
+                                    + _DEEP + "}</tool_call>"}),
     "arguments_extra_key": _calls(_fn("search", '{"query": "Paris", "limit": 3}')),
     "arguments_wrong_type": _calls(_fn("search", '{"query": 5}')),
     "query_empty": _calls(_fn("search", '{"query": "  "}')),

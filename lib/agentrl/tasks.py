@@ -31,17 +31,25 @@ def answer_score(prediction: str | None, row: dict, env: Any) -> dict:
 
 
 def search_task(backend, *, top_k: int = 5, max_searches: int = 4, prompt: str = "search",
-                passage_chars: int | None = None) -> Task:
-    """Return the search/QA task over a LocalSearch or MCPSearch backend."""
-    from agentrl.envs.search import search_env_factory
+                passage_chars: int | None = None, max_query_chars: int | None = None) -> Task:
+    """Return the search/QA task over a LocalSearch or MCPSearch backend. A query longer than
+    ``max_query_chars`` (default ``agentrl.envs.search.MAX_QUERY_CHARS``, 2,000) is a tool error for the model."""
+    from agentrl.envs.search import MAX_QUERY_CHARS, search_env_factory
+    from agentrl.io import DataError
     from agentrl.policies.oracle import search_plan
     from agentrl.prompts import system_prompt
 
-    env = search_env_factory(backend, top_k=top_k, max_searches=max_searches, passage_chars=passage_chars)
+    limit = MAX_QUERY_CHARS if max_query_chars is None else max_query_chars
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise DataError(f"max_query_chars must be a positive integer (got {max_query_chars!r})")
+    env = search_env_factory(backend, top_k=top_k, max_searches=max_searches, passage_chars=passage_chars,
+                             max_query_chars=limit)
+    config = {"top_k": top_k, "max_searches": max_searches, "prompt": prompt, "passage_chars": passage_chars}
+    if limit != MAX_QUERY_CHARS:  # only a changed limit enters the run fingerprint: older runs still resume
+        config["max_query_chars"] = limit
     return Task(name="search", make_env=env,
                 system_prompt=system_prompt(prompt, max_searches=max_searches), oracle_plan=search_plan,
-                score=answer_score,
-                config={"top_k": top_k, "max_searches": max_searches, "prompt": prompt, "passage_chars": passage_chars})
+                score=answer_score, config=config)
 
 
 def sql_task(*, prompt: str = "sql", max_calls: int = 8, partial_credit: float = 0.1, jaccard: bool = False,

@@ -18,13 +18,14 @@ import asyncio
 import json
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentrl.envs.base import api_tools
 from agentrl.io import DataError
-from agentrl.policies.base import Turn, parse_hermes
+from agentrl.policies.base import Turn, arguments_text, parse_hermes
 
 
 @dataclass
@@ -156,7 +157,7 @@ class EndpointPolicy:
         while True:
             start = time.perf_counter()
             try:
-                body = json.loads(await transport.post(request))
+                body = parse_body(await transport.post(request))
             except (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
                     openai.APIConnectionError, ValueError) as exc:
                 # ValueError: a truncated or invalid JSON body (JSONDecodeError, bad UTF-8) is a transient
@@ -287,6 +288,42 @@ def status_error(status: int, headers, body: bytes, url: str) -> Exception:
     return cls(message, response=response, body=data)
 
 
+# json.loads raises RecursionError (not ValueError) on nesting near the interpreter's recursion limit; a body that
+# does is parsed again with everything below this depth replaced by a note (a chat completion needs ~10 levels).
+MAX_BODY_DEPTH = 100
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
+
+
+def parse_body(raw: bytes | str):
+    """Return the JSON value of a reply body; raise ValueError when it is not JSON. Lists and objects nested
+    deeper than ``MAX_BODY_DEPTH`` are replaced by the string ``"(nested deeper than 100 levels)"``, so a hostile
+    body reaches the reply checks (and its tool calls the tools, as errors) instead of failing the item."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        pass
+    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw  # it decoded once already
+    note = json.dumps(f"(nested deeper than {MAX_BODY_DEPTH} levels)")
+    out, kept, depth, cut = [], 0, 0, None
+    for m in _JSON_TOKEN.finditer(text):
+        token = m.group()
+        if token[0] == '"':
+            continue
+        if token in "[{":
+            depth += 1
+            if depth == MAX_BODY_DEPTH + 1:
+                cut = m.start()
+        else:
+            if depth == MAX_BODY_DEPTH + 1 and cut is not None:
+                out += [text[kept:cut], note]
+                kept, cut = m.end(), None
+            depth -= 1
+    try:
+        return json.loads("".join(out) + text[kept:])
+    except RecursionError:  # unbalanced brackets left it deep: no JSON reply
+        raise ValueError(f"JSON nested deeper than {MAX_BODY_DEPTH} levels") from None
+
+
 def _retry_after(exc) -> float | None:
     headers = getattr(getattr(exc, "response", None), "headers", None) or {}
     try:
@@ -325,7 +362,10 @@ def _text(value) -> str:
             elif isinstance(part, dict) and isinstance(part.get("text"), str):
                 parts.append(part["text"])
         return "".join(parts)
-    return json.dumps(value, ensure_ascii=False)
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except RecursionError:  # parsed near the recursion limit, serialised from deeper in the stack
+        return ""
 
 
 def _count(value) -> int | None:
@@ -367,11 +407,7 @@ def _turn_from_json(resp, latency: float) -> Turn:
         tc = tc if isinstance(tc, dict) else {}
         fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
         name = fn.get("name") if isinstance(fn.get("name"), str) and fn.get("name") else None
-        args = fn.get("arguments")
-        try:
-            args = args if isinstance(args, str) else json.dumps(args if args is not None else {})
-        except (TypeError, ValueError, RecursionError):
-            args = str(args)[:1000]
+        args = arguments_text(fn.get("arguments"))  # an object (some servers) serialised, unless nested too deep
         call_id = tc.get("id") if isinstance(tc.get("id"), str) and tc.get("id") else f"call_{i}"
         calls.append({"id": call_id, "name": name, "arguments": args if name else (args or json.dumps(tc)[:1000])})
     if not calls and "<tool_call>" in content:

@@ -16,7 +16,6 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import numpy as np
 
 from agentrl.io import DataError, read_json, staged_dir, write_json
 from agentrl.retrieval.bm25 import BM25Config, BM25Index
+from agentrl.retrieval.cache import QueryVectorCache
 from agentrl.retrieval.dense import DenseConfig, DenseIndex, Embedder
 from agentrl.retrieval.fusion import METHODS as FUSIONS
 from agentrl.retrieval.fusion import fuse_batch
@@ -128,12 +128,11 @@ class Retriever:
         self.manifest = manifest
         self._embedder: Embedder | None = None
         self._lock = threading.Lock()
-        # GRPO rolls out the same question many times and evaluation reruns repeat queries: encoding is ~95% of a
-        # hybrid query's time on CPU, so query vectors are kept (bounded, least recently used first out)
-        self._qcache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self.query_cache_size = 20_000
-        self._keys: dict[int, str] = {}  # passage index -> document identity, for distinct results
+        # encoding is ~95% of a hybrid query's time on CPU: vectors of recent queries are kept (bounded LRU)
+        self.query_cache = QueryVectorCache(max_entries=20_000, max_bytes=64 * 2**20)
+        self._keys: dict[int, tuple[str, str]] = {}  # passage index -> (document identity, passage id)
         self.key_cache_size = 1_000_000
+        self.tie_depth = 4096  # candidates fetched at most to order a tie at the k-th distinct document
 
     @classmethod
     def load(cls, directory: str | Path, *, dense: bool = True, overrides: dict | None = None) -> Retriever:
@@ -205,13 +204,12 @@ class Retriever:
                    distinct: bool | None = None) -> list[list[tuple[int, float]]]:
         """Return ``[(passage_index, score)]`` per query without reading passage text (used by evaluation).
 
-        With ``distinct`` (default: the index's setting) each document appears once, by its best chunk.
+        With ``distinct`` (default: the index's setting) each document appears once, by its best chunk, and
+        equal scores are ordered by document title (case-folded), then passage id.
         """
         distinct = self.cfg.distinct if distinct is None else distinct
-        if distinct:
-            # over-fetch so that dropping repeated documents still leaves top_k; fewer only if the corpus has fewer
-            wanted = max(4 * top_k, top_k + 20) if isinstance(top_k, int) and top_k > 0 else top_k
-            return [self._distinct(row, top_k) for row in self.rank_batch(queries, wanted, method, False)]
+        if distinct and isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0:
+            return self._rank_distinct(queries, top_k, method)
         method = method or self.cfg.method
         if method not in METHODS:
             raise DataError(f"unknown retrieval method '{method}' (choose from {', '.join(METHODS)})")
@@ -239,43 +237,73 @@ class Retriever:
 
     def query_vectors(self, queries: list[str]) -> np.ndarray:
         """Return the query embeddings, encoding only the queries not seen recently (one batch for all misses)."""
-        with self._lock:
-            found = {q: self._qcache[q] for q in queries if q in self._qcache}
-            for q in found:
-                self._qcache.move_to_end(q)
+        found = self.query_cache.get_many(queries)
         missing = list(dict.fromkeys(q for q in queries if q not in found))
         if missing:
             vecs = self.embedder.encode_queries(missing)
-            with self._lock:
-                for q, v in zip(missing, vecs, strict=True):
-                    self._qcache[q] = found[q] = v
-                while len(self._qcache) > self.query_cache_size:
-                    self._qcache.popitem(last=False)
+            self.query_cache.put_many(missing, vecs)
+            found.update(zip(missing, vecs, strict=True))
         return np.stack([found[q] for q in queries])
 
     def doc_key(self, i: int) -> str:
         """Return the document identity of passage ``i``: its title (case-folded), else its doc_id."""
-        key = self._keys.get(i)
-        if key is None:
+        return self._doc(i)[0]
+
+    def _doc(self, i: int) -> tuple[str, str]:
+        """``(document identity, passage id)`` of passage ``i``, cached."""
+        info = self._keys.get(i)
+        if info is None:
             p = self.store[i]
             title = str(p.get("title") or "").strip().casefold()
-            key = title or f"doc:{p.get('doc_id', p.get('id'))}"
+            info = (title or f"doc:{p.get('doc_id', p.get('id'))}", str(p.get("id")))
             if len(self._keys) >= self.key_cache_size:
                 self._keys.clear()  # bounded; refilling costs one passage read per candidate
-            self._keys[i] = key
-        return key
+            self._keys[i] = info
+        return info
 
-    def _distinct(self, ranked: list[tuple[int, float]], top_k: int) -> list[tuple[int, float]]:
-        seen: set[str] = set()
-        out = []
-        for i, score in ranked:  # best first, so the first chunk seen of a document is its best one
-            key = self.doc_key(i)
-            if key not in seen:
-                seen.add(key)
-                out.append((i, score))
-                if len(out) == top_k:
-                    break
+    def _rank_distinct(self, queries: list[str], top_k: int, method: str | None) -> list[list[tuple[int, float]]]:
+        # Over-fetch raw chunks and keep each document's best; a query whose candidates hold fewer than top_k
+        # documents (one long document can fill any fixed depth) fetches twice as many, until it has top_k or its
+        # candidate list ends. It also fetches more when the k-th document's score ties the last candidate's,
+        # so a tie is ordered over all tied candidates (up to tie_depth of them).
+        out: list = [None] * len(queries)
+        pending, wanted = list(range(len(queries))), max(4 * top_k, top_k + 20)
+        while pending:
+            ranked = self.rank_batch([queries[q] for q in pending], wanted, method, False)
+            left = []
+            for q, row in zip(pending, ranked, strict=True):
+                docs, open_tie = self._distinct(row, top_k)
+                exhausted = len(row) < wanted or wanted >= len(self)
+                if exhausted or (len(docs) == top_k and (not open_tie or wanted >= self.tie_depth)):
+                    out[q] = docs
+                else:
+                    left.append(q)
+            pending, wanted = left, wanted * 2
         return out
+
+    def _distinct(self, ranked: list[tuple[int, float]], top_k: int) -> tuple[list[tuple[int, float]], bool]:
+        """Return the best chunk of each of the first ``top_k`` documents in ``ranked`` (equal scores ordered by
+        title, then passage id) and whether the scores tied with the last one taken run to the end of ``ranked``
+        (a deeper fetch could hold more of the tie)."""
+        seen: set[str] = set()
+        out: list[tuple[int, float]] = []
+        start, n = 0, len(ranked)
+        while start < n and len(out) < top_k:
+            end = start + 1
+            while end < n and ranked[end][1] == ranked[start][1]:
+                end += 1
+            group = ranked[start:end]
+            if len(group) > 1:
+                group = sorted(group, key=lambda c: self._doc(c[0]))
+            for i, score in group:  # best first, so the first chunk seen of a document is its best one
+                key = self.doc_key(i)
+                if key not in seen:
+                    seen.add(key)
+                    out.append((i, score))
+                    if len(out) == top_k:
+                        break
+            start = end
+        return out, start >= n
 
     def _hit(self, i: int, score: float) -> Hit:
         p = self.store[i]

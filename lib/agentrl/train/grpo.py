@@ -71,6 +71,7 @@ class GRPOSettings:
     search_method: str | None = None  # bm25 | dense | hybrid; default: the index's
     max_searches: int = 4
     passage_chars: int | None = None
+    max_query_chars: int | None = None  # search: longer queries are a tool error; default 2,000 (envs/search.py)
     sql_partial_credit: float | None = None  # SQL: credit for statements that ran but missed (default [eval]'s 0.1)
     sql_jaccard: bool | None = None  # SQL: Jaccard overlap of result rows / final table as partial credit
     sql_scoring: str | None = None  # SQL em (sql_answer reward): agentbench (default) or lenient
@@ -132,7 +133,8 @@ def build_task(settings: GRPOSettings, preset: dict):
         return mixed_task()
 
     cfg = eval_config(preset, env=settings.env, top_k=settings.top_k, max_searches=settings.max_searches,
-                      passage_chars=settings.passage_chars, search_method=settings.search_method,
+                      passage_chars=settings.passage_chars, max_query_chars=settings.max_query_chars,
+                      search_method=settings.search_method,
                       sql_partial_credit=settings.sql_partial_credit, sql_jaccard=settings.sql_jaccard,
                       sql_scoring=settings.sql_scoring, sql_backend=settings.sql_backend)
     return eval_task(cfg, preset)
