@@ -467,3 +467,17 @@ def test_an_idle_batcher_lets_go_of_its_worker_and_the_policy_then_serves_again(
     del batcher, model
     gc.collect()
     assert alive() is None
+
+
+def test_search_episodes_report_whether_the_answer_was_in_the_passages_shown(small_retriever):
+    from agentrl.envs.search import LocalSearch, grounded
+    from agentrl.tasks import search_task
+
+    task = search_task(LocalSearch(small_retriever), top_k=2, passage_chars=200)
+    env = task.make_env()
+    env.reset(question="Who directed Ed Wood?", golden_answers=["Tim Burton"])
+    shown = asyncio.run(env.search("Ed Wood film"))
+    assert "Tim Burton" in shown
+    assert task.score("Tim Burton", env.row, env)["grounded"] == 1.0
+    assert task.score("Steven Spielberg", env.row, env)["grounded"] == 0.0  # not in what it read
+    assert grounded("Yes", []) == 1.0 and grounded(None, [shown]) == 0.0 and grounded("", [shown]) == 0.0

@@ -48,16 +48,17 @@ def test_save_then_reload_gives_the_same_outputs(trained, tiny_model):
 
     from agentrl.models import load_inference_model
 
-    reloaded, tok = load_inference_model(tiny_model, trained.out / "adapter")
+    reloaded, tok = load_inference_model(tiny_model, trained.out / "adapter")  # the adapter merged in
+    plain, _ = load_inference_model(tiny_model)
     ids = tok("<|im_start|>user\nWho directed Ed Wood?<|im_end|>\n<|im_start|>assistant\n",
               return_tensors="pt")["input_ids"]
     trained.model.eval()
     with torch.no_grad():
         a = trained.model(input_ids=ids).logits
         b = reloaded(input_ids=ids).logits
-        with reloaded.disable_adapter():
-            base = reloaded(input_ids=ids).logits
-    assert torch.allclose(a, b, atol=1e-5)
+        base = plain(input_ids=ids).logits
+    assert not hasattr(reloaded, "peft_config")  # merged: plain weights, no adapter layers at inference
+    assert torch.allclose(a, b, atol=1e-4)
     assert not torch.allclose(a, base, atol=1e-3)  # the adapter matters
 
 

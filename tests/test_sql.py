@@ -373,13 +373,14 @@ def test_the_oracle_scores_one_on_every_synthetic_task_kind(tmp_path):
     from agentrl.runner import RunConfig, run_batch
     from agentrl.tasks import sql_task
 
-    rows = synthetic_sql_tasks(9, seed=11)  # three of each table
+    rows = synthetic_sql_tasks(30, seed=11)
     task = sql_task()
     metrics = run_batch(OraclePolicy(task.oracle_plan), task, rows, tmp_path, RunConfig(progress=False))
-    assert metrics["n"] == 63 and metrics["errors"] == 0
-    assert set(metrics["by_type"]) == {"other", "counting", "ranking", "aggregation-SUM", "UPDATE", "INSERT",
-                                       "DELETE"}
-    assert {r["metadata"]["table"]["table_name"] for r in rows} == {"City Registry", "Shop Inventory", "Cup Matches"}
+    assert metrics["n"] == 210 and metrics["errors"] == 0
+    assert set(metrics["by_type"]) >= {"other", "counting", "comparison", "ranking", "UPDATE", "INSERT", "DELETE"}
+    assert any(t.startswith("aggregation-") for t in metrics["by_type"])
+    assert len({r["metadata"]["table"]["table_name"] for r in rows}) > 20  # varied names, not three fixed tables
+    assert all(r["metadata"]["label"] for r in rows if r["metadata"]["kind"] == "select")
     assert all(m["exec"] == 1.0 and m["em"] == 1.0 for m in metrics["by_type"].values()), metrics["by_type"]
     recs = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").open()]
     assert all(r["metrics"]["state_match"] == 1.0 for r in recs if r["id"].endswith(("_4", "_5", "_6")))

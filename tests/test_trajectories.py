@@ -359,3 +359,15 @@ def test_an_export_of_a_dataset_without_validation_removes_a_stale_validation_ex
     (data / "validation.jsonl").unlink()
     counts = export(data, ["trl"])
     assert "validation" not in counts and [p.name for p in (data / "trl").iterdir()] == ["train.jsonl"]
+
+
+def test_min_grounded_keeps_answers_the_episode_could_read_and_passes_other_envs(tmp_path):
+    recs = [traj(0), traj(1), traj(2, env="sql"), traj(3)]
+    recs[0]["metrics"]["grounded"] = 1.0
+    recs[1]["metrics"]["grounded"] = 0.0  # answered from gold it never retrieved
+    recs[3]["metrics"]["grounded"] = 1.0
+    df = trajectory_frame([write(tmp_path / "t.jsonl", recs)])
+    train, _, report = select(df, CurateConfig(min_grounded=1.0, val_fraction=0.0))
+    assert sorted(train["id"].to_list()) == ["t0", "t2", "t3"]  # the SQL trajectory has no such metric
+    assert {s["step"]: s["removed"] for s in report["steps"]}["min_grounded"] == 1
+    assert select(df, CurateConfig(val_fraction=0.0))[0].height == 4  # off by default

@@ -217,7 +217,8 @@ def cmd_curate(args) -> int:
 
     preset = _preset(args)
     cfg = data_config(preset, name=args.name, min_f1=args.min_f1, min_em=args.min_em, min_judge=args.min_judge,
-                      max_turns=args.max_turns, max_examples=args.max_examples, val_fraction=args.val_fraction,
+                      min_grounded=args.min_grounded, max_turns=args.max_turns, max_examples=args.max_examples,
+                      val_fraction=args.val_fraction,
                       seed=args.seed, balance_by=args.balance_by.split(",") if args.balance_by else None)
     if args.no_tool_errors:
         cfg.no_tool_errors = True
@@ -438,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--min-f1", type=float)
     c.add_argument("--min-em", type=float)
     c.add_argument("--min-judge", type=float)
+    c.add_argument("--min-grounded", type=float,
+                   help="search: keep trajectories whose answer appears in the passages they were shown (1.0)")
     c.add_argument("--max-turns", type=int)
     c.add_argument("--no-tool-errors", action="store_true")
     c.add_argument("--balance-by", help="tool_calls or tool_calls,turns")

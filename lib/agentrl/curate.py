@@ -1,11 +1,12 @@
 """Curation: choose which trajectories to train on, and say what was removed at each step and why.
 
 Steps, in order: drop errored items; keep chosen environments/policies; require a final answer; minimum
-F1 / EM / judge; maximum turns / tool calls; no tool errors; one trajectory per question (the best by F1,
-then EM, then fewest turns); balance the tool-call / turn distribution toward a target with a seed; cap the
-total; split train/validation by question (a hash of the normalised question, so the same question never
-lands on both sides, even when it comes from different runs with different ids). Train is never empty; an empty
-validation split writes no file.
+F1 / EM / judge / grounded (search: the answer appears in the passages the episode was shown; trajectories of
+other environments have no such metric and pass); maximum turns / tool calls; no tool errors; one trajectory
+per question (the best by F1, then EM, then fewest turns); balance the tool-call / turn distribution toward a
+target with a seed; cap the total; split train/validation by question (a hash of the normalised question, so
+the same question never lands on both sides, even when it comes from different runs with different ids). Train
+is never empty; an empty validation split writes no file.
 
 The seed's SFT on 1,411 successes scored below SFT on 139 (F1 0.68 vs 0.70), which it traced to the uneven
 spread of tool calls and turns: balancing is the lever for that. ``balance_mode="cap"`` (default) trims each
@@ -31,6 +32,7 @@ class CurateConfig:
     min_f1: float | None = 0.8
     min_em: float | None = None
     min_judge: float | None = None
+    min_grounded: float | None = None  # search: the answer was in the passages shown; rows without it pass
     require_answer: bool = True
     max_turns: int | None = None
     max_tool_calls: int | None = None
@@ -100,6 +102,9 @@ def select(df, cfg: CurateConfig) -> tuple:
         if threshold is not None:
             step(f"min_{metric}", f"{metric} below {threshold} (or not measured)",
                  pl.col(metric).fill_null(-1.0) >= threshold)
+    if cfg.min_grounded is not None:
+        step("min_grounded", f"grounded below {cfg.min_grounded}: the answer is not in the passages the episode saw",
+             pl.col("grounded").fill_null(1.0) >= cfg.min_grounded)
     if cfg.max_turns is not None:
         step("max_turns", f"more than {cfg.max_turns} turns", pl.col("turns") <= cfg.max_turns)
     if cfg.max_tool_calls is not None:

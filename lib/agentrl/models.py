@@ -39,7 +39,9 @@ def load_inference_model(model_path: str | Path, adapter: str | Path | None = No
     if adapter is not None:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, str(adapter))
+        # merged into the weights: the same outputs without the adapter's extra matmuls (an unmerged rank-16 LoRA
+        # on every linear layer made a 20 x 1300-token prefill of SmolLM2 28% slower on CPU: docs/decisions.md)
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     model.eval()
     return model, tokenizer
 

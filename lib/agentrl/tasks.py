@@ -30,6 +30,13 @@ def answer_score(prediction: str | None, row: dict, env: Any) -> dict:
     return answer_metrics(prediction, row.get("golden_answers") or [])
 
 
+def search_score(prediction: str | None, row: dict, env: Any) -> dict:
+    """Return the answer metrics plus ``grounded`` (1.0 when the answer is in the passages the episode saw)."""
+    from agentrl.envs.search import grounded
+
+    return {**answer_score(prediction, row, env), "grounded": grounded(prediction, getattr(env, "shown", []))}
+
+
 def search_task(backend, *, top_k: int = 5, max_searches: int = 4, prompt: str = "search",
                 passage_chars: int | None = None, max_query_chars: int | None = None) -> Task:
     """Return the search/QA task over a LocalSearch or MCPSearch backend. A query longer than
@@ -49,7 +56,7 @@ def search_task(backend, *, top_k: int = 5, max_searches: int = 4, prompt: str =
         config["max_query_chars"] = limit
     return Task(name="search", make_env=env,
                 system_prompt=system_prompt(prompt, max_searches=max_searches), oracle_plan=search_plan,
-                score=answer_score, config=config)
+                score=search_score, config=config)
 
 
 def sql_task(*, prompt: str = "sql", max_calls: int = 8, partial_credit: float = 0.1, jaccard: bool = False,

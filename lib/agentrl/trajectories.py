@@ -22,7 +22,7 @@ from pathlib import Path
 from agentrl.io import DataError, iter_jsonl
 
 REQUIRED = ("id", "question", "messages", "metrics")
-METRICS = ("em", "f1", "precision", "recall", "acc", "judge")
+METRICS = ("em", "f1", "precision", "recall", "acc", "judge", "grounded")
 TOKENS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 

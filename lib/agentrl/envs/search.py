@@ -11,7 +11,8 @@ A call returns readable passages, not JSON::
     Doc 2 (Title: Scott Derrickson) Scott Derrickson (born July 16, 1966) is an American director, ...
 
 Metrics reported for the episode: em, f1, precision, recall, acc of the ``<answer>`` against
-``golden_answers`` (agentrl.metrics), plus the number of searches.
+``golden_answers`` (agentrl.metrics), ``grounded`` (the answer appears in the passages the episode was shown, or
+is yes/no), plus the number of searches.
 
 The same class serves evaluation and TRL's ``GRPOTrainer(environment_factory=search_env_factory(backend))``:
 heavy state (the loaded index) lives in the shared backend, episodes are cheap instances.
@@ -135,6 +136,7 @@ class SearchEnv:
         self.golden_answers = gold_list(row.get("golden_answers"))
         self.calls = 0
         self.queries: list[str] = []
+        self.shown: list[str] = []  # the passages returned this episode, for the `grounded` metric
 
     async def search(self, query: str) -> str:
         """Search the knowledge base and return the most relevant passages with their titles.
@@ -154,7 +156,23 @@ class SearchEnv:
         self.calls += 1
         self.queries.append(query)
         hits = await self._backend.search(query.strip(), self._top_k)
-        return format_passages(hits, self._passage_chars)
+        text = format_passages(hits, self._passage_chars)
+        self.shown.append(text)
+        return text
+
+
+def grounded(prediction: str | None, shown: list[str]) -> float:
+    """Return 1.0 when the answer can be read off the passages the episode was shown (its normalised form is in
+    their normalised text) or is yes/no (a comparison's answer is never quoted), else 0.0.
+
+    Curation keeps demonstrations whose answer the agent could see (``[data] min_grounded``): an oracle
+    demonstration answering from gold it never retrieved teaches a student to guess."""
+    from agentrl.metrics import normalize_answer
+
+    answer = normalize_answer(prediction or "")
+    if not answer:
+        return 0.0
+    return 1.0 if answer in ("yes", "no") or answer in normalize_answer(" ".join(shown)) else 0.0
 
 
 def search_env_factory(backend, **kwargs) -> Callable[[], SearchEnv]:
