@@ -57,7 +57,7 @@ def test_tool_call_then_answer_produces_a_complete_trajectory(endpoint_url, task
     assert traj["usage"]["turns"] == 2 and traj["usage"]["tool_calls"] == 1
     assert traj["usage"]["prompt_tokens"] == sum(t["prompt_tokens"] for t in traj["usage"]["per_turn"]) > 0
     assert traj["tools"][0]["function"]["name"] == "search" and traj["policy"] == "endpoint"
-    assert set(traj["metrics"]) == {"em", "f1", "precision", "recall", "acc"}
+    assert set(traj["metrics"]) == {"em", "f1", "precision", "recall", "acc", "grounded"}
 
 
 @pytest.mark.parametrize("mode,expected", [
