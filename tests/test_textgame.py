@@ -99,6 +99,23 @@ def test_a_missing_java_is_a_clear_error_saying_how_to_install_it(monkeypatch, t
         _Pool().take()
 
 
+@pytest.mark.parametrize("command", [["eval", "--env", "textgame", "--policy", "oracle", "--limit", "1"],
+                                     ["eval", "--env", "textgame", "--policy", "oracle", "--qa", "games.jsonl"]])
+def test_the_cli_without_java_exits_2_with_the_install_command_and_no_traceback(command, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "games.jsonl").write_text(json.dumps({"id": "g", "question": "q", "metadata": {"seed": 0}}) + "\n")
+    env = {**os.environ, "PATH": str(tmp_path)}  # no java (nor anything else) on PATH
+    r = subprocess.run([sys.executable, "-m", "agentrl.cli", *command], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.startswith("error: ") and "apt-get install openjdk-17-jre-headless" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "runs" / "eval").exists() or not any((tmp_path / "runs" / "eval").rglob("*.jsonl"))
+
+
 def test_sft_on_oracle_games_teaches_the_tiny_model_to_act(tmp_path):
     # The real pipeline (oracle play on train-fold games → curate → export → LoRA SFT → inference check on
     # dev-fold games) at the benchmark's size: the untrained model never emits a usable `act` call.
