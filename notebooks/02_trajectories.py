@@ -30,7 +30,8 @@ def _():
     by question, and export to TRL, ms-swift and ShareGPT.
 
     Headless: `uv run python notebooks/02_trajectories.py -- --config demo --runs runs/eval/oracle`
-    (or `agentrl analyze / curate / export`). Writes `runs/data/<name>/`.
+    (`--env textgame|math|code|sql` picks that environment's oracle run; or `agentrl analyze / curate /
+    export`). Writes `runs/data/<name>/`.
     """)
     return
 
@@ -39,16 +40,26 @@ def _():
 def _():
     args = nb.cli_args()
     preset = load_preset(nb.arg(args, "config", "demo"))
-    # --env textgame|math|code|sql: that environment's oracle run (notebook 01 / agentrl demo) instead
-    _env = nb.arg(args, "env", "search")
-    _default = "runs/eval/oracle,runs/eval/tiny_base" if _env == "search" else f"runs/eval/{_env}_oracle"
-    runs = [r for r in str(nb.arg(args, "runs", _default)).split(",") if Path(r).exists()]
+    # --env search|sql|textgame|math|code preselects the environment whose runs are shown
+    env_pick = nb.env_dropdown(args)
+    env_pick
+    return args, env_pick, preset
+
+
+@app.cell
+def _(args, env_pick):
+    # search: the demo's oracle and base-model runs; another env: its oracle run (notebook 01 / agentrl demo).
+    # --runs replaces them for the environment it was given with
+    _default = ("runs/eval/oracle,runs/eval/tiny_base" if env_pick.value == "search"
+                else f"runs/eval/{env_pick.value}_oracle")
+    _given = nb.arg(args, "runs", None) if env_pick.value == nb.arg(args, "env", "search") else None
+    runs = [r for r in str(_given or _default).split(",") if Path(r).exists()]
     mo.stop(not runs, mo.md("No trajectories yet: run notebook 01 (or `agentrl eval`) first."))
     df = trajectory_frame(runs)
     stats = compute_stats(df)
     print(f"{stats['total']} trajectories from {runs}: {stats['success_f1']} successes (F1 >= 0.8)")
     mo.md(stats_markdown(stats, f"Statistics of {', '.join(runs)}"))
-    return df, preset, runs
+    return df, runs
 
 
 @app.cell

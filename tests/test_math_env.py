@@ -86,6 +86,20 @@ def test_a_bare_string_gold_is_one_answer_for_the_score_and_the_oracle():
         math_score("7", {"golden_answers": [7]}, None)
 
 
+def test_math_correct_rewards_a_verified_answer_and_nothing_outside_math(rows):
+    from agentrl.rewards import math_correct, task_success
+
+    env = MathEnv()
+    env.reset(**rows[0])
+    gold = rows[0]["golden_answers"]
+    completions = [[{"role": "assistant", "content": f"The total is <answer>${gold[0]}.0$</answer>"}],
+                   [{"role": "assistant", "content": "<answer>-1</answer>"}],
+                   [{"role": "assistant", "content": gold[0]}]]  # no <answer> tags: not an answer
+    assert math_correct(None, completions, environments=[env] * 3, golden_answers=[gold] * 3) == [1.0, 0.0, 0.0]
+    assert task_success(None, completions, environments=[env] * 3, golden_answers=[gold] * 3) == [1.0, 0.0, 0.0]
+    assert math_correct(None, completions[:1], environments=[None], golden_answers=[gold]) == [None]
+
+
 def test_the_oracle_scores_one_on_the_held_out_slice_without_calculator_errors(rows, tmp_path):
     from agentrl.policies.oracle import OraclePolicy
     from agentrl.runner import RunConfig, run_batch
