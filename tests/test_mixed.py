@@ -126,6 +126,7 @@ def test_search_joins_the_mixture_over_the_presets_index_and_a_missing_index_is_
         build_task(cfg, {"eval": {"index": str(tmp_path / "none")}})
     preset = {"eval": {"index": str(small_index), "qa": str(HOTPOT)}}
     task = build_task(cfg, preset)
+    assert "`search` tool" in task.system_prompt and "`act`" in task.system_prompt
     train, held = split_rows(cfg, preset)
     row = next(r for r in train if r["env"] == "search")
     assert {r["id"] for r in held if r["env"] == "search"} <= {f"dev_{i}" for i in range(150, 200)}

@@ -51,10 +51,9 @@ PROMPTS = {
     ),
     "mixed": (
         "Solve the task with the tools that fit it: `act` for a text game (one command per call), `calculator` "
-        "for arithmetic in a math problem, `run_python` to test code, `execute_sql` for a database question, "
-        "`search` to look up facts for a question about the world. Reply with the final answer inside "
-        "<answer></answer> tags: the number for math, the complete function for code, the values for a database "
-        "question, done for a game, a short answer for a question."
+        "for arithmetic in a math problem, `run_python` to test code, `execute_sql` for a database question. "
+        "Reply with the final answer inside <answer></answer> tags: the number for math, the complete function "
+        "for code, the values for a database question, done for a game."
     ),
 }
 

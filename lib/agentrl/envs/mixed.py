@@ -24,6 +24,10 @@ import random
 
 FAMILIES = ("textgame", "math", "code", "sql", "search")
 MATH_TRAIN, MATH_HELDOUT = "data/samples/gsm8k_train_100.jsonl", "data/samples/gsm8k_heldout_200.jsonl"
+# added to the mixed prompt when search rows take part (not in agentrl.prompts.PROMPTS: the tiny model's tokenizer
+# is trained on those texts, and a changed vocabulary changes every tiny-model result)
+SEARCH_PROMPT = (" For a question about the world, look up facts with the `search` tool and reply with a short "
+                 "answer inside <answer></answer> tags.")
 CODE_TRAIN = 100  # HumanEval/0..99 train a mixture, HumanEval/100..163 are its held-out problems
 QA_HELDOUT = 50  # the last 50 rows of the preset's QA file are search's held-out questions
 
@@ -248,5 +252,6 @@ def mixed_task(tasks: dict | None = None):
     def plan(row: dict) -> list:
         return (tasks.get(row["env"]) or family_task(row["env"])).oracle_plan(row)
 
-    return Task(name="mixed", make_env=functools.partial(MixedEnv, tasks), system_prompt=system_prompt("mixed"),
+    prompt = system_prompt("mixed") + (SEARCH_PROMPT if "search" in tasks else "")
+    return Task(name="mixed", make_env=functools.partial(MixedEnv, tasks), system_prompt=prompt,
                 oracle_plan=plan, score=mixed_score, config={"families": list(FAMILIES), "given": sorted(tasks)})

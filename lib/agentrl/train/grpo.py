@@ -191,7 +191,8 @@ def training_source(settings: GRPOSettings) -> str | None:
 
 def split_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[dict]]:
     """Return ``(train, held_out)`` task rows, disjoint by id (mixed runs, and text-game / math / code runs
-    without ``qa``: :func:`pooled_rows`, from separate training and evaluation items).
+    without ``qa``: :func:`pooled_rows`, from separate training and evaluation items; GSM8K's two files number
+    their problems from 0 each, so there the items differ, not the ids).
 
     Held out: ``eval_questions`` rows from ``eval_offset``, by default those right after the training slice,
     or, when training takes every question (or the slice runs to the end), the last ``eval_questions`` rows,
