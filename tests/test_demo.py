@@ -27,8 +27,8 @@ def test_demo_runs_every_phase_and_reruns_cleanly(tmp_path):
                         ("code_oracle", "em", 6)):
         metrics = json.loads((tmp_path / "runs" / "eval" / run / "metrics.json").read_text())
         assert metrics["n"] == n and metrics["errors"] == 0 and metrics["overall"][key] == 1.0, (run, metrics)
-    for env in ("textgame", "math", "code"):
-        row = next(line for line in first.stdout.splitlines() if f"01 eval {env} " in line)
+    for name in ("textgame", "math", "code"):
+        row = next(line for line in first.stdout.splitlines() if f"01 eval {name} " in line)
         assert "oracle success 1," in row, row
     for path in ("runs/corpus/hotpotqa_sample/index/index.json", "runs/eval/oracle/metrics.json",
                  "runs/eval/sql_oracle/metrics.json", "runs/eval/textgame_oracle/metrics.json",
