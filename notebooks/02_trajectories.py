@@ -29,8 +29,9 @@ def _():
     by question, and export to TRL, ms-swift and ShareGPT.
 
     Headless: `uv run python notebooks/02_trajectories.py -- --config demo --runs runs/eval/oracle`
-    (or `agentrl analyze / curate / export`). The preset is the one every notebook picks; without any
-    trajectories on this runtime the oracle's demonstrations are built first. Writes `runs/data/<name>/`.
+    (`--env textgame|math|code|sql` picks that environment's oracle run; or `agentrl analyze / curate /
+    export`). The preset is the one every notebook picks; without any trajectories on this runtime the oracle's
+    demonstrations are built first. Writes `runs/data/<name>/`.
     """)
     return
 
@@ -39,32 +40,36 @@ def _():
 def _():
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
-    # --env textgame|math|code|sql: that environment's oracle run (notebook 01 / agentrl demo) instead
-    _env = nb.arg(args, "env", "search")
-    _inputs = nb.phase_inputs(preset, "data", env=_env) if "runs" not in args else nb.Inputs()
-    if "runs" in args:
-        _default = str(args["runs"]).split(",")
-    elif _env == "search":  # the preset's own runs (and the demo's untrained model, for the statistics)
+    # --env search|sql|textgame|math|code preselects the environment whose runs are shown
+    env_pick = nb.env_dropdown(args)
+    mo.vstack([mo.md(which), env_pick])
+    return args, env_pick, preset
+
+
+@app.cell
+def _(args, env_pick, preset):
+    # search: the preset's own runs (and the demo's untrained model, for the statistics); another env: its oracle
+    # run (notebook 01 / agentrl demo). --runs replaces them for the environment it was given with
+    _env = env_pick.value
+    _given = nb.arg(args, "runs", None) if _env == nb.arg(args, "env", "search") else None
+    _inputs = nb.phase_inputs(preset, "data", env=_env) if not _given else nb.Inputs()
+    if _given:
+        _default = str(_given).split(",")
+    elif _env == "search":
         _default = [*nb.existing_runs(preset), "runs/eval/tiny_base"]
     else:
         _default = [f"runs/eval/{_env}_oracle"]
     runs = [r for r in _default if Path(r).exists()]
-    print(which.replace("**", ""), _inputs)
+    print(_inputs)
     if not runs:
         nb.stop(f"No trajectories of {', '.join(_default)}: run notebook 01 first (e.g. `--env {_env} --policy "
                 f"oracle`, or `agentrl eval --config {nb.preset_name(preset)} --env {_env} --policy oracle "
                 f"--name {_env}_oracle`).")
-    mo.md(f"{which} {_inputs}")
-    return preset, runs
-
-
-@app.cell
-def _(runs):
     df = trajectory_frame(runs)
     stats = compute_stats(df)
     print(f"{stats['total']} trajectories from {runs}: {stats['success_f1']} successes (F1 >= 0.8)")
     mo.md(stats_markdown(stats, f"Statistics of {', '.join(runs)}"))
-    return (df,)
+    return df, runs
 
 
 @app.cell

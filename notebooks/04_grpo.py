@@ -9,7 +9,6 @@ with app.setup:
 
     from agentrl import notebook as nb
     from agentrl.envs.base import tool_methods
-    from agentrl.rewards import answer_f1, format_reward, tool_use
     from agentrl.train import grpo
     from agentrl.viewer import chat_markdown
 
@@ -21,14 +20,15 @@ def _():
     mo.md(r"""
     # 04 · Multi-turn GRPO with the tools in the rollouts
 
-    Reinforces the SFT adapter with GRPO: every rollout runs the real environment (the same `SearchEnv` the
-    evaluation uses, through TRL's `environment_factory`), tool results are masked out of the loss, rewards
-    are plain functions with weights from the preset, and the policy is evaluated with the agent loop on
-    held-out questions along the way.
+    Reinforces the SFT adapter with GRPO: every rollout runs the real environment (the same env class the
+    evaluation uses: search, SQL, text game, math, code or a mixture, through TRL's `environment_factory`), tool
+    results are masked out of the loss, rewards are plain functions with weights from the preset (each env's
+    own by default: answer F1, SQL execution, the game's score, math-verify, pass@1, task success), and the
+    policy is evaluated with the agent loop on held-out items along the way.
 
-    Headless: `uv run python notebooks/04_grpo.py -- --config demo` (or `agentrl grpo --config demo`). The preset
-    is the one every notebook picks (the GPU preset for the card, else `demo`). On a fresh runtime the index is
-    built first, and for a CPU preset the SFT adapter too; a GPU preset's adapter comes from notebook 03 (this
+    Headless: `uv run python notebooks/04_grpo.py -- --config demo [--env textgame]` (or `agentrl grpo`). The
+    preset is the one every notebook picks (the GPU preset for the card, else `demo`). On a fresh runtime the index
+    is built first, and for a CPU preset the SFT adapter too; a GPU preset's adapter comes from notebook 03 (this
     notebook says so and stops). Writes `runs/grpo/<name>/` (`adapter/`, `metrics.json`, `eval/`, `manifest.json`).
     """)
     return
@@ -36,57 +36,49 @@ def _():
 
 @app.cell
 def _():
-    model_pick = nb.model_dropdown(nb.cli_args())
-    model_pick
-    return (model_pick,)
+    args = nb.cli_args()
+    preset, which = nb.choose_preset(args)
+    # --env search|sql|textgame|math|code|mixed preselects the task family (mixed: the preset's mixture)
+    env_pick = nb.env_dropdown(args, (*nb.ENVS, "mixed"), default=grpo.grpo_config(preset).env)
+    model_pick = nb.model_dropdown(args)
+    mo.hstack([env_pick, model_pick])
+    return args, env_pick, model_pick, preset, which
 
 
 @app.cell
-def _():
-    args = nb.cli_args()
-    preset, which = nb.choose_preset(args)
-    # --env textgame|math|code|sql|mixed (mixed: the preset's [grpo] mixture) picks the task family
-    inputs = nb.phase_inputs(preset, "grpo", env=nb.arg(args, "env", "search"))  # a fresh runtime: built here
+def _(env_pick, preset, which):
+    inputs = nb.phase_inputs(preset, "grpo", env=env_pick.value)  # a fresh runtime: built here
     print(which.replace("**", ""), inputs)
     if inputs.missing:
         nb.stop(inputs.missing)
-    mo.md(f"{which} {inputs}")
-    return args, inputs, preset, which
+    return (inputs,)
 
 
 @app.cell
-def _(args, inputs, model_pick, preset, which):
+def _(args, env_pick, inputs, model_pick, preset, which):
+    # another env than the preset's [grpo] one: its [grpo_<env>] table, else the env's default rewards
     settings = grpo.grpo_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None),
-                                env=nb.arg(args, "env", None), model_name=nb.prepared_model(model_pick.value))
+                                env=env_pick.value, model_name=nb.prepared_model(model_pick.value))
     settings.adapter = nb.adapter_for(settings.adapter, nb.prepared_model(model_pick.value))
     task = grpo.build_task(settings, preset)
+    train_rows = grpo.split_rows(settings, preset)[0]
     env = task.make_env()
     mo.md(f"""
     ## 1 · Environment
     {which} {inputs}
 
     `{settings.env}`: `{type(env).__name__}` · tools: {", ".join(f"`{t}`" for t in tool_methods(env))} ·
-    training questions from {settings.train_offset} ({settings.train_questions or "all"}) ·
-    start from `{settings.adapter or settings.model.name}`
+    {len(train_rows)} training items · start from `{settings.adapter or settings.model.name}`
     """)
-    return settings, task
+    return settings, task, train_rows
 
 
 @app.cell
-def _(settings):
-    gold = [["Tim Burton"]] * 3
-    samples = {
-        "searched, then answered": [
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"type": "function", "function": {"name": "search", "arguments": {"query": "Ed Wood film"}}}]},
-            {"role": "tool", "name": "search", "content": "Doc 1 (Title: Ed Wood (film)) ... Tim Burton ..."},
-            {"role": "assistant", "content": "<answer>Tim Burton</answer>"}],
-        "answered without searching": [{"role": "assistant", "content": "<answer>Steven Spielberg</answer>"}],
-        "broken tool call": [{"role": "assistant", "content": '<tool_call>{"name": "search", "argu'}],
-    }
-    comps = list(samples.values())
-    table = pl.DataFrame({"completion": list(samples), "answer_f1": answer_f1(None, comps, golden_answers=gold),
-                          "format": format_reward(None, comps), "tool_use": tool_use(None, comps)})
+def _(settings, task, train_rows):
+    # the configured rewards on three episodes of a training item, played on the real env: the oracle's, its
+    # answer without any tool call, a broken tool call
+    funcs = grpo.reward_functions(settings)[0]
+    table = pl.DataFrame(nb.reward_table(funcs, nb.reward_samples(task, train_rows[0])))
     mo.vstack([mo.md(f"## 2 · Rewards on sample completions\nweights: `{settings.rewards}`"), table])
     return
 
@@ -113,7 +105,8 @@ def _(result):
     history = pl.DataFrame(result.metrics["history"])
     mo.vstack([mo.md("## 4 · Curves"), grpo.reward_chart(result.metrics),
                history.select([c for c in history.columns if c in ("step", "reward", "tools/call_frequency",
-                                                                  "frac_reward_zero_std", "completions/mean_length")])])
+                                                                  "frac_reward_zero_std", "completions/mean_length")
+                               or c.endswith(("/reward", "/success"))])])  # a mixture's families
     return
 
 

@@ -76,6 +76,30 @@ def test_a_thousands_separator_in_the_answer_still_verifies():
     assert verify_answer("1,200", "1200") and math_score("1,200", {"golden_answers": ["1200"]}, None)["correct"] == 1
 
 
+def test_a_bare_string_gold_is_one_answer_for_the_score_and_the_oracle():
+    from agentrl.envs.math import oracle_plan
+
+    assert math_score("7", {"golden_answers": "72"}, None)["correct"] == 0.0  # not "any of '7', '2'"
+    assert math_score("72", {"golden_answers": "72"}, None)["correct"] == 1.0
+    assert oracle_plan({"golden_answers": "72"})[-1].content == "<answer>72</answer>"
+    with pytest.raises(ValueError, match="golden_answers"):
+        math_score("7", {"golden_answers": [7]}, None)
+
+
+def test_math_correct_rewards_a_verified_answer_and_nothing_outside_math(rows):
+    from agentrl.rewards import math_correct, task_success
+
+    env = MathEnv()
+    env.reset(**rows[0])
+    gold = rows[0]["golden_answers"]
+    completions = [[{"role": "assistant", "content": f"The total is <answer>${gold[0]}.0$</answer>"}],
+                   [{"role": "assistant", "content": "<answer>-1</answer>"}],
+                   [{"role": "assistant", "content": gold[0]}]]  # no <answer> tags: not an answer
+    assert math_correct(None, completions, environments=[env] * 3, golden_answers=[gold] * 3) == [1.0, 0.0, 0.0]
+    assert task_success(None, completions, environments=[env] * 3, golden_answers=[gold] * 3) == [1.0, 0.0, 0.0]
+    assert math_correct(None, completions[:1], environments=[None], golden_answers=[gold]) == [None]
+
+
 def test_the_oracle_scores_one_on_the_held_out_slice_without_calculator_errors(rows, tmp_path):
     from agentrl.policies.oracle import OraclePolicy
     from agentrl.runner import RunConfig, run_batch

@@ -10,8 +10,9 @@ import pytest
 from agentrl.envs.base import call_tool
 from agentrl.envs.code import humaneval_tasks
 from agentrl.envs.math import load_gsm8k
-from agentrl.envs.mixed import MixedEnv, mixed_score, mixture_rows
-from agentrl.rewards import task_success
+from agentrl.envs.mixed import MixedEnv, family_summary, mixed_score, mixture_rows
+from agentrl.rewards import code_pass, math_correct, task_success
+from conftest import HOTPOT
 
 MATH = load_gsm8k("data/samples/gsm8k_train_100.jsonl")
 CODE = humaneval_tasks()
@@ -43,7 +44,7 @@ def test_each_row_goes_to_its_own_env_and_a_foreign_tool_is_an_error_for_the_mod
     assert mixed_score(solution, code_row, env)["passed"] == 1.0
 
 
-def test_task_success_scores_each_family_and_logs_them_separately():
+def test_task_success_scores_each_family_by_its_own_scorer():
     math_env, code_env = MixedEnv(), MixedEnv()
     math_env.reset(**{**MATH[0], "env": "math"})
     code_env.reset(**{**CODE[0], "env": "code", "task": json.dumps(CODE[0]["metadata"])})
@@ -51,27 +52,138 @@ def test_task_success_scores_each_family_and_logs_them_separately():
     completions = [[{"role": "assistant", "content": f"<answer>{MATH[0]['golden_answers'][0]}</answer>"}],
                    [{"role": "assistant", "content": f"<answer>{solution}</answer>"}],
                    [{"role": "assistant", "content": "<answer>-1</answer>"}]]
-    logged = {}
-    scores = task_success(None, completions, environments=[math_env, code_env, math_env],
-                          env=["math", "code", "math"], golden_answers=[MATH[0]["golden_answers"]] * 2 + [["5"]],
-                          log_metric=lambda k, v: logged.__setitem__(k, v))
-    assert scores == [1.0, 1.0, 0.0]
-    assert logged == {"math/reward": 0.5, "math/success": 0.5, "code/reward": 1.0, "code/success": 1.0}
-    assert task_success(None, completions[:1], environments=[None], env=["math"]) == [None]
+    golds = [MATH[0]["golden_answers"], CODE[0]["golden_answers"], ["5"]]
+    envs = [math_env, code_env, math_env]
+    assert task_success(None, completions, environments=envs, golden_answers=golds) == [1.0, 1.0, 0.0]
+    assert math_correct(None, completions, environments=envs, golden_answers=golds) == [1.0, None, 0.0]
+    assert code_pass(None, completions, environments=envs, golden_answers=golds) == [None, 1.0, None]
+    assert task_success(None, completions[:1], environments=[None]) == [None]
 
 
-def test_a_mixed_grpo_run_trains_steps_and_logs_every_familys_reward(tiny_model, tmp_path):
+def test_family_summary_is_each_familys_total_reward_and_its_success():
+    summary = family_summary(["math", "code", "math", "code", None], [1.1, 0.05, float("nan"), 0.25, 3.0],
+                             [1.0, 0.0, 0.0, 0.0, 1.0])
+    assert summary == {"code/reward": pytest.approx(0.15), "code/success": 0.0, "math/reward": pytest.approx(1.1),
+                       "math/success": 0.5}
+
+
+def test_the_trainer_logs_each_familys_weighted_total_reward_not_its_success(tiny_model, tmp_path):
+    """The real trainer's reward step on hand-made completions: <family>/reward is the weighted sum of every
+    reward function over that family's rows (1.0 x task_success + 0.5 x format), <family>/success the success."""
+    from agentrl.train.grpo import GRPOSettings, build_task, make_trainer
+    from agentrl.train.models import ModelConfig, load_for_training
+
+    cfg = GRPOSettings(name="fam", env="mixed", mixture={"math": 0.5, "code": 0.5}, mixture_rows=4,
+                       model=ModelConfig(name=str(tiny_model)), num_generations=2, batch_size=4, max_steps=1,
+                       rewards={"task_success": 1.0, "format": 0.5}, eval_questions=0, report_to=[],
+                       log_completions=False)
+    loaded = load_for_training(cfg.model)
+    task = build_task(cfg, {})
+    trainer = make_trainer(cfg, loaded, task, [{"prompt": [{"role": "user", "content": "q"}]}], tmp_path)
+    rows = [{**MATH[0], "env": "math"}, {**MATH[1], "env": "math"},
+            {**CODE[0], "env": "code", "task": json.dumps(CODE[0]["metadata"])},
+            {**CODE[1], "env": "code", "task": json.dumps(CODE[1]["metadata"])}]
+    envs = [task.make_env() for _ in rows]
+    for env, row in zip(envs, rows, strict=True):
+        env.reset(**row)
+    solution = CODE[0]["metadata"]["prompt"] + CODE[0]["metadata"]["canonical_solution"]
+    answered = [{"role": "assistant", "content": f"<answer>{MATH[0]['golden_answers'][0]}</answer>"}]  # format 0.5
+    completions = [answered, [{"role": "assistant", "content": "no answer"}],
+                   [{"role": "assistant", "content": f"<answer>{solution}</answer>"}],
+                   [{"role": "assistant", "content": "<answer>def f(): pass</answer>"}]]
+    inputs = [{"env": r["env"], "golden_answers": r["golden_answers"]} for r in rows]
+    trainer.environments = envs
+    trainer._pending_metrics.clear()
+    trainer._calculate_rewards(inputs, [[{"role": "user", "content": "q"}]] * 4, completions, [[1]] * 4)
+    logged = {k: sum(v) / len(v) for k, v in trainer._pending_metrics.items()}
+    # math: (1 + 0.5 x 0.5) and (0 + 0); code: (1 + 0.5 x 0.5) and (0 + 0.5 x 0.5)
+    assert logged == {"math/reward": pytest.approx(0.625), "math/success": 0.5,
+                      "code/reward": pytest.approx(0.75), "code/success": 0.5}
+
+
+def test_held_out_rows_of_a_mixed_run_are_evaluation_items_never_trained_on():
+    from agentrl.train.grpo import GRPOSettings, split_rows
+
+    cfg = GRPOSettings(env="mixed", mixture={"textgame": 1, "math": 1, "code": 1}, mixture_rows=6, eval_questions=6)
+    train, held = split_rows(cfg, {})
+    folds = {r["env"]: json.loads(r["task"]).get("fold") for r in held}
+    assert folds["textgame"] == "dev" and {json.loads(r["task"]).get("fold") for r in train
+                                            if r["env"] == "textgame"} == {"train"}
+    heldout_math = {r["question"] for r in load_gsm8k("data/samples/gsm8k_heldout_200.jsonl")}
+    assert all(r["question"] in heldout_math for r in held if r["env"] == "math")
+    assert not any(r["question"] in heldout_math for r in train if r["env"] == "math")
+    assert all(int(r["id"].split("/")[1]) >= 100 for r in held if r["env"] == "code")
+    assert all(int(r["id"].split("/")[1]) < 100 for r in train if r["env"] == "code")
+
+
+def test_search_joins_the_mixture_over_the_presets_index_and_a_missing_index_is_named(small_index, tmp_path):
+    from agentrl.io import DataError
+    from agentrl.train.grpo import GRPOSettings, build_task, split_rows
+
+    cfg = GRPOSettings(env="mixed", mixture={"search": 0.5, "math": 0.5}, mixture_rows=4, eval_questions=2,
+                       top_k=2)
+    with pytest.raises(DataError, match="agentrl index --corpus"):
+        build_task(cfg, {"eval": {"index": str(tmp_path / "none")}})
+    preset = {"eval": {"index": str(small_index), "qa": str(HOTPOT)}}
+    task = build_task(cfg, preset)
+    assert "`search` tool" in task.system_prompt and "`act`" in task.system_prompt
+    train, held = split_rows(cfg, preset)
+    row = next(r for r in train if r["env"] == "search")
+    assert {r["id"] for r in held if r["env"] == "search"} <= {f"dev_{i}" for i in range(150, 200)}
+    env = task.make_env()
+    env.reset(**row)
+    content, err = asyncio.run(call_tool(env, "search", {"query": row["question"]}))
+    assert err is None and content.startswith("Doc 1 (Title:")
+    assert mixed_score(row["golden_answers"][0], row, env)["em"] == 1.0
+    env.reset(**next(r for r in train if r["env"] == "math"))
+    content, err = asyncio.run(call_tool(env, "search", {"query": "x"}))
+    assert err == "tool_exception" and "its tools: calculator" in content
+
+
+def test_a_mixed_grpo_run_with_search_trains_steps_and_logs_every_familys_reward(tiny_model, small_index, tmp_path):
     from agentrl.train.grpo import GRPOSettings, run_grpo
     from agentrl.train.models import ModelConfig
 
-    cfg = GRPOSettings(name="mixed", env="mixed", mixture={"math": 0.5, "code": 0.5}, mixture_rows=8,
-                       model=ModelConfig(name=str(tiny_model)), num_generations=4, batch_size=8, max_steps=2,
-                       learning_rate=3e-4, max_completion_length=96, max_tool_calling_iterations=1,
-                       rewards={"task_success": 1.0, "format": 0.1}, eval_questions=0, report_to=[],
-                       log_completions=False, seed=1)
-    result = run_grpo(cfg, {}, runs=tmp_path)
-    assert result.metrics["steps"] == 2 and result.metrics["train_rows"] == 8
+    cfg = GRPOSettings(name="mixed", env="mixed", mixture={"math": 1, "code": 1, "search": 1}, mixture_rows=6,
+                       model=ModelConfig(name=str(tiny_model)), num_generations=4, batch_size=8, max_steps=3,
+                       learning_rate=3e-4, max_completion_length=96, max_tool_calling_iterations=1, top_k=2,
+                       passage_chars=100, rewards={"task_success": 1.0, "format": 0.1}, eval_questions=0,
+                       report_to=[], log_completions=False, seed=1)
+    result = run_grpo(cfg, {"eval": {"index": str(small_index), "qa": str(HOTPOT)}}, runs=tmp_path)
+    assert result.metrics["steps"] == 3 and result.metrics["train_rows"] == 6
     history = json.loads((tmp_path / "grpo" / "mixed" / "metrics.json").read_text())["history"]
     keys = {k for h in history for k in h}
     assert "rewards/task_success" in keys
-    assert {"math/reward", "code/reward"} <= keys, keys
+    # 3 steps of 2 items: the 6 rows once, so every family was trained and logged
+    assert {f"{f}/{m}" for f in ("math", "code", "search") for m in ("reward", "success")} <= keys, keys
+
+
+@pytest.mark.parametrize("env,reward,table", [("textgame", "game_score", "grpo_envs_textgame"),
+                                               ("math", "math_correct", "grpo_envs_math"),
+                                               ("code", "code_pass", "grpo_envs_code"),
+                                               ("mixed", "task_success", "grpo_envs_mixed")])
+def test_each_env_trains_on_its_own_reward_from_the_envs_preset_and_from_a_search_preset(env, reward, table):
+    from agentrl.config import load_preset
+    from agentrl.train.grpo import grpo_config, reward_functions
+
+    own = grpo_config(load_preset("envs_demo"), env=env)
+    assert own.env == env and own.name == table and reward in own.rewards and "answer_f1" not in own.rewards
+    assert own.model.name == "runs/models/tiny" and reward_functions(own)[0]
+    # the demo's [grpo] trains search with answer_f1: --env drops its env fields and takes the env's defaults
+    other = grpo_config(load_preset("demo"), env=env, max_steps=1)
+    assert other.name == f"grpo_demo_{env}" and other.qa is None and other.max_steps == 1
+    if env != "mixed":
+        assert list(other.rewards) == [reward, "format"] and other.train_questions is None
+
+
+def test_a_reward_that_cannot_score_the_env_is_refused_naming_it():
+    from agentrl.io import DataError
+    from agentrl.train.grpo import GRPOSettings, reward_functions
+
+    for env, rewards, match in (("textgame", {"answer_f1": 1.0}, "answer_f1 cannot train env 'textgame'"),
+                                ("math", {"game_score": 1.0}, "game_score scores textgame episodes only"),
+                                ("code", {"answer_em": 1.0}, "answer_em cannot train env 'code'"),
+                                ("mixed", {"sql_execution": 1.0}, "sql_execution scores sql episodes only")):
+        with pytest.raises(DataError, match=match):
+            reward_functions(GRPOSettings(env=env, rewards=rewards, mixture={"math": 1.0, "code": 1.0}))
+    assert reward_functions(GRPOSettings(env="math", rewards={"answer_em": 1.0, "math_correct": 1.0}))[0]

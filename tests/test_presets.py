@@ -5,6 +5,7 @@ import pytest
 from agentrl.config import REPO_ROOT, load_preset
 
 PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml"))
+CPU_PRESETS = ("demo", "cpu_smol", "envs_demo")  # the tiny or the SmolLM2 model from runs/, stock TRL settings
 
 
 def test_the_three_presets_ship():
@@ -28,7 +29,7 @@ def test_preset_builds_every_phase_config(name):
     grpo = grpo_config(preset)
     assert "grpo" in preset, "every preset needs a [grpo] table (the defaults train the tiny model)"
     assert reward_functions(grpo)[0] and grpo.batch_size * grpo.grad_accum % grpo.num_generations == 0
-    if name not in ("demo", "cpu_smol"):  # GPU presets name hub models and continue from their own SFT adapter
+    if name not in CPU_PRESETS:  # GPU presets name hub models and continue from their own SFT adapter
         assert not grpo.model.name.startswith("runs/") and grpo.adapter == f"runs/sft/{sft_config(preset).name}/adapter"
 
 
@@ -65,7 +66,7 @@ def test_every_card_variant_of_a_preset_builds_the_trainers_arguments(name, tmp_
             (g.loss_type, g.epsilon_high, g.mask_truncated_completions, g.optim)
         # numbers, never None: Unsloth's patched config replaces only a None (epsilon_high, mask_truncated_...)
         assert isinstance(gargs.epsilon_high, float) and isinstance(gargs.mask_truncated_completions, bool)
-        if name not in ("demo", "cpu_smol"):  # GPU presets spell out DAPO's settings, so Unsloth's defaults never apply
+        if name not in CPU_PRESETS:  # GPU presets spell out DAPO's settings, so Unsloth's defaults never apply
             assert "epsilon_high" in p["grpo"] and "mask_truncated_completions" in p["grpo"] and "optim" in p["grpo"]
 
 

@@ -99,6 +99,79 @@ def test_a_missing_java_is_a_clear_error_saying_how_to_install_it(monkeypatch, t
         _Pool().take()
 
 
+def test_game_score_rewards_play_and_answering_done_without_playing_earns_nothing(dev_rows):
+    from agentrl.rewards import answer_f1, game_score, task_success
+
+    envs = [TextGameEnv() for _ in range(3)]
+    gold = dev_rows[0]["metadata"]["gold"]
+    for env, n in zip(envs, (0, len(gold) // 2, len(gold)), strict=True):
+        env.reset(**dev_rows[0])
+        for action in gold[:n]:
+            env.act(action)
+    done = [[{"role": "assistant", "content": "<answer>done</answer>"}]] * 3
+    scores = game_score(None, done, environments=envs)
+    assert scores[0] == 0.0 and 0.0 < scores[1] < 1.0 and scores[2] == 1.0
+    assert task_success(None, done, environments=envs) == [0.0, 0.0, 1.0]
+    assert answer_f1(None, done, golden_answers=[["done"]] * 3) == [1.0] * 3  # why the text game must not use it
+    assert game_score(None, done[:1], environments=[None]) == [None]
+
+
+def test_grpo_on_the_text_game_trains_on_the_games_score_by_default(tmp_path):
+    """One real GRPO step (tiny model, CPU): with no rewards configured the run uses the env's own (game_score,
+    format); the reward of each rollout is its game's score (the harness plays part of each game's gold path
+    before the rewards are computed, so the scores differ) and the logged mean is theirs."""
+    from agentrl.tiny import build_tiny_model
+    from agentrl.train.grpo import GRPOSettings, build_task, make_trainer, reward_functions, split_rows, training_rows
+    from agentrl.train.models import ModelConfig, load_for_training
+
+    cfg = GRPOSettings(name="tg", env="textgame", model=ModelConfig(name=str(build_tiny_model(tmp_path / "tiny"))),
+                       train_questions=2, eval_questions=0, num_generations=4, batch_size=4, max_steps=1,
+                       max_completion_length=96, max_tool_calling_iterations=1, report_to=[], log_completions=False)
+    assert cfg.rewards == {"game_score": 1.0, "format": 0.1}
+    assert [f.__name__ for f in reward_functions(cfg)[0]] == ["game_score", "format_reward"]
+    loaded = load_for_training(cfg.model)
+    loaded.tokenizer.padding_side = "left"
+    task = build_task(cfg, {})
+    rows = training_rows(cfg, task, {}, split_rows(cfg, {})[0])
+    assert {json.loads(r["task"])["fold"] for r in rows} == {"train"}
+    trainer = make_trainer(cfg, loaded, task, rows, tmp_path)
+    original, seen = trainer._calculate_rewards, []
+
+    def play_then_score(inputs, prompts, completions, completion_ids):
+        for i, (env, x) in enumerate(zip(trainer.environments, inputs, strict=True)):
+            gold = json.loads(x["task"])["gold"]
+            for action in gold[:len(gold) * i // (len(inputs) - 1)]:
+                env.act(action)
+        per_func = original(inputs, prompts, completions, completion_ids)
+        seen.append((per_func[:, 0].tolist(), [textgame_score(None, None, e)["score"] for e in trainer.environments]))
+        return per_func
+
+    trainer._calculate_rewards = play_then_score
+    trainer.train()
+    rewards, game = seen[0]
+    assert rewards == pytest.approx(game) and len(set(game)) > 1 and game[-1] == 1.0
+    logged = next(h for h in trainer.state.log_history if "rewards/game_score/mean" in h)
+    assert logged["rewards/game_score/mean"] == pytest.approx(sum(game) / len(game))
+    assert not any("answer_f1" in k for h in trainer.state.log_history for k in h)
+
+
+@pytest.mark.parametrize("command", [["eval", "--env", "textgame", "--policy", "oracle", "--limit", "1"],
+                                     ["eval", "--env", "textgame", "--policy", "oracle", "--qa", "games.jsonl"]])
+def test_the_cli_without_java_exits_2_with_the_install_command_and_no_traceback(command, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "games.jsonl").write_text(json.dumps({"id": "g", "question": "q", "metadata": {"seed": 0}}) + "\n")
+    env = {**os.environ, "PATH": str(tmp_path)}  # no java (nor anything else) on PATH
+    r = subprocess.run([sys.executable, "-m", "agentrl.cli", *command], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.startswith("error: ") and "apt-get install openjdk-17-jre-headless" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "runs" / "eval").exists() or not any((tmp_path / "runs" / "eval").rglob("*.jsonl"))
+
+
 def test_sft_on_oracle_games_teaches_the_tiny_model_to_act(tmp_path):
     # The real pipeline (oracle play on train-fold games → curate → export → LoRA SFT → inference check on
     # dev-fold games) at the benchmark's size: the untrained model never emits a usable `act` call.

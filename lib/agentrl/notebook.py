@@ -336,3 +336,62 @@ def adapter_for(adapter: str | None, model: str | None) -> str | None:
         return adapter
     base = Path(adapter) / "base_model.txt"
     return adapter if base.is_file() and base.read_text().strip() == model else None
+
+
+ENVS = ("search", "sql", "textgame", "math", "code")
+
+
+def env_dropdown(args: dict, choices=ENVS, default: str = "search", label: str = "environment"):
+    """Return a marimo dropdown over the environments ``choices``; ``--env`` preselects one (else ``default``).
+    An ``--env`` that is not a choice is a DataError naming the choices."""
+    import marimo as mo
+
+    from agentrl.io import DataError
+
+    value = str(arg(args, "env", "") or default)
+    if value not in choices:
+        raise DataError(f"--env {value!r}: choose from {', '.join(choices)}")
+    return mo.ui.dropdown(list(choices), value=value, label=label)
+
+
+def reward_samples(task, row: dict) -> dict[str, tuple]:
+    """Return three sample episodes of ``row`` as ``{label: (prompt, completion, env, golden_answers)}``, each env
+    in the state its completion left it: the oracle's (its plan's tool calls run on a real env), the oracle's final
+    answer without any tool call, and a broken tool call. For a reward table that shows what each reward pays."""
+    from agentrl.agent import run_episode
+    from agentrl.aio import run_sync
+    from agentrl.envs.base import tool_methods
+    from agentrl.policies.oracle import OraclePolicy
+
+    played_env = task.make_env()
+    traj = run_sync(run_episode(OraclePolicy(task.oracle_plan), task, row, max_turns=30, env=played_env))
+    played = traj["messages"][2:]  # after the system and user messages: what GRPO calls the completion
+    tool = next(iter(sorted(tool_methods(played_env))), "tool")
+    samples = {"oracle: tools, then the answer": played,
+               "the same answer without any tool call": [{"role": "assistant", "content": played[-1]["content"]}],
+               "a broken tool call": [{"role": "assistant", "content": f'<tool_call>{{"name": "{tool}", "argu'}]}
+    prompt = traj["messages"][:2]
+    out = {}
+    for label, completion in samples.items():
+        env = played_env if completion is played else task.make_env()
+        if env is not played_env:
+            env.reset(**row)
+        out[label] = (prompt, completion, env, row.get("golden_answers"))
+    return out
+
+
+def reward_table(funcs, samples: dict[str, tuple]) -> dict[str, list]:
+    """Return ``{"completion": labels, <reward name>: values}``: each reward function on each sample episode
+    (async ones, the judge, are run to completion)."""
+    import inspect
+
+    from agentrl.aio import run_sync
+
+    table: dict[str, list] = {"completion": list(samples)}
+    for f in funcs:
+        values = []
+        for prompt, completion, env, gold in samples.values():
+            got = f([prompt], [completion], environments=[env], golden_answers=[gold])
+            values.append((run_sync(got) if inspect.isawaitable(got) else got)[0])
+        table[getattr(f, "__name__", "reward")] = values
+    return table

@@ -4,7 +4,12 @@
 
 ``completions[i]`` is the rollout's message list (assistant turns with ``tool_calls``, tool results, the final
 answer); dataset columns such as ``golden_answers`` arrive as keyword lists, and ``environments`` holds the
-episode's environment instances. ``None`` means "no opinion" (TRL ignores that function for the sample).
+episode's environment instances (TRL passes them; the env-scored rewards read the episode's state from them).
+``None`` means "no opinion" (TRL ignores that function for the sample).
+
+Per environment: search ``answer_f1``/``answer_em``; SQL ``sql_execution``/``sql_answer``; text game
+``game_score``; math ``math_correct`` (or ``judge``); code ``code_pass``; any env and mixed runs
+``task_success``. ENV_REWARDS are the defaults when a GRPO run configures none.
 
 Example: gold ["Tim Burton"], final turn "It was <answer>Tim Burton</answer>" with one well-formed search ->
 answer_f1 1.0, answer_em 1.0, format 1.0.
@@ -80,11 +85,7 @@ def tool_use(prompts, completions, completion_ids=None, **kwargs) -> list[float]
 
 
 def _sql_metric(key: str, completions, environments) -> list[float | None]:
-    from agentrl.envs.sql import SQLEnv, sql_score
-
-    envs = environments or [None] * len(completions)
-    return [sql_score(extract_answer(final_text(c)), None, env)[key] if isinstance(env, SQLEnv) else None
-            for c, env in zip(completions, envs, strict=True)]
+    return _family_metric("sql", key, completions, environments, None)  # SQL episodes are scored on their state
 
 
 def sql_execution(prompts, completions, completion_ids=None, environments=None, **kwargs) -> list[float | None]:
@@ -137,13 +138,106 @@ def _question(prompt) -> str:
     return str(prompt)
 
 
-def task_success(prompts, completions, completion_ids=None, environments=None, **kwargs) -> list[float | None]:
-    """Mixed-task GRPO: the row family's headline success (game solved, math-verify match, tests passed, SQL
-    match), with each family's mean reward and success logged separately (agentrl.envs.mixed)."""
-    from agentrl.envs.mixed import task_success as mixed_success
+def _families() -> tuple:
+    from agentrl.envs.code import CodeEnv
+    from agentrl.envs.math import MathEnv
+    from agentrl.envs.mixed import MixedEnv
+    from agentrl.envs.search import SearchEnv
+    from agentrl.envs.sql import SQLEnv
+    from agentrl.envs.textgame import TextGameEnv
 
-    return mixed_success(prompts, completions, completion_ids, environments=environments, **kwargs)
+    return ((MixedEnv, "mixed"), (TextGameEnv, "textgame"), (MathEnv, "math"), (CodeEnv, "code"), (SQLEnv, "sql"),
+            (SearchEnv, "search"))
+
+
+def episode_metrics(completion, env, golden_answers=None) -> tuple[str | None, dict | None]:
+    """Return ``(family, metrics)`` of the episode ``env`` ran for ``completion``, scored by the family's own
+    scorer (the evaluation's: game state, math-verify, the tests in the sandbox, the SQL result, answer match);
+    a mixed-task env gives its row's family. ``(None, None)`` when ``env`` is None or of no known family."""
+    family = None if env is None else next((name for cls, name in _families() if isinstance(env, cls)), None)
+    if family is None:
+        return None, None
+    prediction = extract_answer(final_text(completion))
+    row = {"golden_answers": golden_answers}
+    if family == "mixed":
+        from agentrl.envs.mixed import mixed_score
+
+        inner = env._family
+        return inner, (mixed_score(prediction, {**row, "env": inner}, env) if inner else None)
+    if family == "search":
+        return family, answer_metrics(prediction, golden_answers)
+    from agentrl.envs.code import code_score
+    from agentrl.envs.math import math_score
+    from agentrl.envs.sql import sql_score
+    from agentrl.envs.textgame import textgame_score
+
+    score = {"textgame": textgame_score, "math": math_score, "code": code_score, "sql": sql_score}[family]
+    return family, score(prediction, row, env)
+
+
+def _family_metric(family: str | None, key: str, completions, environments, golden_answers) -> list[float | None]:
+    envs = environments or [None] * len(completions)
+    golds = golden_answers or [None] * len(completions)
+    out: list[float | None] = []
+    for c, env, gold in zip(completions, envs, golds, strict=True):
+        got, metrics = episode_metrics(c, env, gold)
+        out.append(float(metrics[key]) if metrics is not None and family in (None, got) else None)
+    return out
+
+
+def game_score(prompts, completions, completion_ids=None, environments=None, golden_answers=None,
+               **kwargs) -> list[float | None]:
+    """The text game's own score in [0, 1] at the end of the episode: each object put where it belongs counts,
+    1.0 when the game reports the task solved. Answering ``<answer>done</answer>`` without playing earns 0.
+    None outside text games (a mixed run's other rows)."""
+    return _family_metric("textgame", "score", completions, environments, golden_answers)
+
+
+def math_correct(prompts, completions, completion_ids=None, environments=None, golden_answers=None,
+                 **kwargs) -> list[float | None]:
+    """1.0 when the final ``<answer>`` equals the gold number by math-verify (``72``, ``72.0``, ``$72$``,
+    ``\\boxed{72}``), else 0.0; None outside math episodes. An LLM judge instead: reward ``judge`` with a
+    ``[grpo.judge]`` table (``fallback = "math_verify"``)."""
+    return _family_metric("math", "correct", completions, environments, golden_answers)
+
+
+def code_pass(prompts, completions, completion_ids=None, environments=None, golden_answers=None,
+              **kwargs) -> list[float | None]:
+    """pass@1: 1.0 when the final ``<answer>`` (the complete function) passes the problem's tests in the
+    sandbox, else 0.0 (no answer, a failing test, a timeout); None outside code episodes."""
+    return _family_metric("code", "passed", completions, environments, golden_answers)
+
+
+def task_success(prompts, completions, completion_ids=None, environments=None, golden_answers=None,
+                 **kwargs) -> list[float | None]:
+    """The episode's headline success in any environment (its ``em``): game solved, math-verify match, tests
+    passed, SQL answer/state match, answer exact match for search; in a mixed run, the row's family's. The
+    per-family reward and success of a mixed run are logged by the trainer (agentrl.train.grpo)."""
+    return _family_metric(None, "em", completions, environments, golden_answers)
 
 
 REWARDS = {"answer_f1": answer_f1, "answer_em": answer_em, "format": format_reward, "tool_use": tool_use,
-           "sql_execution": sql_execution, "sql_answer": sql_answer, "task_success": task_success}
+           "sql_execution": sql_execution, "sql_answer": sql_answer, "game_score": game_score,
+           "math_correct": math_correct, "code_pass": code_pass, "task_success": task_success}
+
+# GRPO rewards when a run configures none: the env's own measure of success, plus a little for the format
+ENV_REWARDS = {"search": {"answer_f1": 1.0, "format": 0.1}, "sql": {"sql_execution": 1.0, "format": 0.1},
+               "textgame": {"game_score": 1.0, "format": 0.1}, "math": {"math_correct": 1.0, "format": 0.1},
+               "code": {"code_pass": 1.0, "format": 0.1}, "mixed": {"task_success": 1.0, "format": 0.1}}
+# rewards that score one family's episodes only (None elsewhere)
+FAMILY_REWARDS = {"sql_execution": "sql", "sql_answer": "sql", "game_score": "textgame", "math_correct": "math",
+                  "code_pass": "code"}
+# rewards on the answer text against golden_answers: meaningless where the gold is not the answer (a game's
+# "done" earns full F1 without playing; code's gold is one of many correct functions)
+ANSWER_REWARDS = {"answer_f1", "answer_em", "judge"}
+
+
+def reward_misfit(name: str, families) -> str | None:
+    """Return why reward ``name`` cannot train episodes of ``families`` (one env, or a mixture's), else None."""
+    families = set(families)
+    if name in FAMILY_REWARDS and FAMILY_REWARDS[name] not in families:
+        return f"{name} scores {FAMILY_REWARDS[name]} episodes only"
+    if name in ANSWER_REWARDS and families & {"textgame", "code"}:
+        return (f"{name} compares the answer text with golden_answers, which a text game ('done') or a code "
+                "problem does not score; use game_score, code_pass or task_success")
+    return None

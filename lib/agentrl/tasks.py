@@ -91,9 +91,10 @@ def textgame_task(*, prompt: str = "textgame", max_steps: int = 50) -> Task:
     """Return the text-game task over TextWorldExpress games from a per-process pool (agentrl.envs.textgame)."""
     import functools
 
-    from agentrl.envs.textgame import TextGameEnv, oracle_plan, textgame_score
+    from agentrl.envs.textgame import TextGameEnv, oracle_plan, require_java, textgame_score
     from agentrl.prompts import system_prompt
 
+    require_java()  # fail before the first item, naming the package to install
     return Task(name="textgame", make_env=functools.partial(TextGameEnv, max_steps=max_steps),
                 system_prompt=system_prompt(prompt, max_steps=max_steps), oracle_plan=oracle_plan,
                 score=textgame_score, config={"prompt": prompt, "max_steps": max_steps})

@@ -60,6 +60,7 @@ class CodeEnv:
         self._meta: dict = {}
         self.calls = 0
         self._kill = None  # stops the run in progress (set while run_python waits for it)
+        self._scored = None
 
     def reset(self, **row) -> None:
         """Start an episode: remember the problem's prompt, tests and entry point."""
@@ -68,6 +69,7 @@ class CodeEnv:
         meta = row.get("metadata") or (json.loads(row["task"]) if isinstance(row.get("task"), str) else row.get("task"))
         self._meta = meta or {}
         self.calls = 0
+        self._scored: tuple | None = None  # (answer, metrics) of this episode: two rewards run the tests once
 
     def run_python(self, code: str) -> str:
         """Run a Python program in a sandbox and return its exit status, stdout and stderr.
@@ -93,12 +95,16 @@ class CodeEnv:
             kill()
 
     def _score(self, answer: str | None) -> dict[str, float]:
+        if self._scored is not None and self._scored[0] == answer:
+            return dict(self._scored[1])
         passed = timed_out = 0.0
         if answer and self._meta.get("test"):
             result = run_python(program(answer, self._meta), self._limits)
             passed, timed_out = float(result.ok), float(result.timed_out)
-        return {"passed": passed, "timed_out": timed_out, "run_python_calls": float(self.calls), "em": passed,
-                "f1": passed, "acc": passed, "precision": passed, "recall": passed}
+        metrics = {"passed": passed, "timed_out": timed_out, "run_python_calls": float(self.calls), "em": passed,
+                   "f1": passed, "acc": passed, "precision": passed, "recall": passed}
+        self._scored = (answer, metrics)
+        return dict(metrics)
 
 
 def code_score(prediction: str | None, row: dict | None, env) -> dict:

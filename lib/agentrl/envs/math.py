@@ -28,6 +28,7 @@ import threading
 from pathlib import Path
 
 from agentrl.io import DataError, iter_jsonl
+from agentrl.metrics import gold_list
 
 HELD_OUT = 200  # the last 200 problems of the training file are the fixed evaluation slice, never trained on
 _CALC = re.compile(r"<<([^=<>]+)=[^<>]*>>")
@@ -114,7 +115,7 @@ class MathEnv:
 
 def math_score(prediction: str | None, row: dict | None, env) -> dict:
     """Return the math metrics of an episode (see the module docstring); the task's scoring hook."""
-    golds = (row or {}).get("golden_answers") or []
+    golds = gold_list((row or {}).get("golden_answers"))  # a bare string is one answer, not its characters
     ok = float(any(verify_answer(prediction, g) for g in golds))
     return {"correct": ok, "answered": float(bool(prediction and prediction.strip())),
             "calculator_calls": float(env.calls if env is not None else 0),
@@ -163,5 +164,6 @@ def oracle_plan(row: dict) -> list:
             continue
         calls.append({"id": f"call_{len(calls)}", "name": "calculator",
                       "arguments": json.dumps({"expression": expr.strip()})})
-    answer = Turn(content=f"<answer>{(row.get('golden_answers') or [''])[0]}</answer>", finish_reason="stop")
+    golds = gold_list(row.get("golden_answers"))
+    answer = Turn(content=f"<answer>{golds[0] if golds else ''}</answer>", finish_reason="stop")
     return [Turn(tool_calls=calls), answer] if calls else [answer]

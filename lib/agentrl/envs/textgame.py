@@ -38,8 +38,16 @@ STEP_LIMIT = 50
 _MAX_LISTED = 30  # valid actions shown to the model after each step
 
 
-class JavaMissingError(RuntimeError):
-    """Raised when no ``java`` executable is found (TextWorldExpress runs in a JVM)."""
+class JavaMissingError(DataError):
+    """Raised when no ``java`` executable is found (TextWorldExpress runs in a JVM). A DataError: the CLI prints
+    ``error: ...`` with the install command and exits 2, as for a missing MariaDB."""
+
+
+def require_java() -> None:
+    """Raise JavaMissingError (naming the package to install) unless a ``java`` executable is on PATH."""
+    if shutil.which("java") is None:
+        raise JavaMissingError("the text-game environment needs Java 17+ (TextWorldExpress runs in a JVM) and "
+                               "found no `java` on PATH; install it: `sudo apt-get install openjdk-17-jre-headless`")
 
 
 class _Pool:
@@ -54,9 +62,7 @@ class _Pool:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        if shutil.which("java") is None:
-            raise JavaMissingError("the text-game environment needs Java 17+ (TextWorldExpress runs in a JVM); "
-                                   "install it, e.g. `sudo apt-get install openjdk-17-jre-headless`")
+        require_java()
         from textworld_express import TextWorldExpressEnv
 
         game = TextWorldExpressEnv(envStepLimit=STEP_LIMIT)

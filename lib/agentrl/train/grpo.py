@@ -38,7 +38,7 @@ class GRPOSettings:
     train_questions: int | None = None
     model: ModelConfig = field(default_factory=ModelConfig)
     adapter: str | None = None  # start from this LoRA adapter (e.g. the SFT one); None = fresh LoRA on the base
-    rewards: dict[str, float] = field(default_factory=lambda: {"answer_f1": 1.0, "format": 0.1})
+    rewards: dict[str, float] = field(default_factory=dict)  # empty: the env's defaults (agentrl.rewards.ENV_REWARDS)
     judge: JudgeConfig | None = None
     num_generations: int = 8
     max_completion_length: int = 1024  # tool results count against it
@@ -93,15 +93,42 @@ class GRPOSettings:
     save_steps: int = 0  # a checkpoint (adapter, optimizer, RNG, trainer state) every N steps; 0 = none
     save_total_limit: int = 2
 
+    def __post_init__(self):
+        if not self.rewards:
+            from agentrl.rewards import ENV_REWARDS
+
+            self.rewards = dict(ENV_REWARDS.get(self.env, {}))
+
+
+# the [grpo] fields that belong to its env: `--env` naming another env drops them (its [grpo_<env>] table or the
+# env's defaults apply instead), so search's answer_f1 or QA file never reach a text game
+ENV_FIELDS = ("rewards", "qa", "train_offset", "train_questions", "eval_offset", "mixture", "mixture_rows")
+
+
+def env_table(preset: dict, env: str | None = None) -> dict:
+    """Return the ``[grpo]`` table for ``env`` (default: its own): for another env than ``[grpo].env``, without
+    ENV_FIELDS and named ``<name>_<env>``; then the preset's ``[grpo_<env>]`` fields replace its fields."""
+    raw = dict(preset.get("grpo") or {})
+    own = raw.get("env", "search")
+    env = env or own
+    if env != own:
+        for key in ENV_FIELDS:
+            raw.pop(key, None)
+        raw["env"] = env
+        raw["name"] = f"{raw.get('name', 'grpo')}_{env}"
+    raw.update(preset.get(f"grpo_{env}") or {})
+    return raw
+
 
 def grpo_config(preset: dict | None = None, **overrides) -> GRPOSettings:
-    """Return the preset's ``[grpo]`` settings with non-None overrides (``model_name``/``backend``/``adapter``),
-    ``epsilon_high`` resolved to the number both trainers use (:func:`upper_clip`)."""
+    """Return the preset's ``[grpo]`` settings for ``env`` (see :func:`env_table`) with non-None overrides
+    (``model_name``/``backend``/``adapter``), ``epsilon_high`` resolved to the number both trainers use
+    (:func:`upper_clip`)."""
     from dataclasses import replace
 
     from agentrl.config import from_dict
 
-    cfg = from_dict(GRPOSettings, (preset or {}).get("grpo"), "grpo")
+    cfg = from_dict(GRPOSettings, env_table(preset or {}, overrides.pop("env", None)), "grpo")
     o = {k: v for k, v in overrides.items() if v is not None}
     if "model_name" in o:
         cfg.model = replace(cfg.model, name=o.pop("model_name"))
@@ -127,25 +154,32 @@ def build_task(settings: GRPOSettings, preset: dict):
     from agentrl.evaluate import build_task as eval_task
     from agentrl.evaluate import eval_config
 
-    if settings.env == "mixed":
-        from agentrl.envs.mixed import mixed_task
+    mixed = settings.env == "mixed"
+    cfg = eval_config(preset, env="search" if mixed else settings.env, top_k=settings.top_k,
+                      max_searches=settings.max_searches, passage_chars=settings.passage_chars,
+                      max_query_chars=settings.max_query_chars, search_method=settings.search_method,
+                      sql_partial_credit=settings.sql_partial_credit,
+                      sql_jaccard=settings.sql_jaccard, sql_scoring=settings.sql_scoring,
+                      sql_backend=settings.sql_backend)
+    if not mixed:
+        return eval_task(cfg, preset)
+    from agentrl.envs.mixed import mixed_task, search_family
 
-        return mixed_task()
-
-    cfg = eval_config(preset, env=settings.env, top_k=settings.top_k, max_searches=settings.max_searches,
-                      passage_chars=settings.passage_chars, max_query_chars=settings.max_query_chars,
-                      search_method=settings.search_method,
-                      sql_partial_credit=settings.sql_partial_credit, sql_jaccard=settings.sql_jaccard,
-                      sql_scoring=settings.sql_scoring, sql_backend=settings.sql_backend)
-    return eval_task(cfg, preset)
+    return mixed_task({"search": search_family(cfg, preset)} if "search" in settings.mixture else None)
 
 
 def reward_functions(settings: GRPOSettings) -> tuple[list, list[float], object]:
-    """Return ``(functions, weights, judge)`` for the configured rewards (judge None unless configured)."""
-    from agentrl.rewards import REWARDS, make_judge_reward
+    """Return ``(functions, weights, judge)`` for the configured rewards (judge None unless configured). A reward
+    that cannot score the run's env (``game_score`` on math, ``answer_f1`` on a text game) is a DataError."""
+    from agentrl.rewards import REWARDS, make_judge_reward, reward_misfit
 
     funcs, weights, judge = [], [], None
+    families = settings.mixture if settings.env == "mixed" else [settings.env]
     for name, weight in settings.rewards.items():
+        misfit = reward_misfit(name, families)
+        if misfit:
+            raise DataError(f"grpo.rewards: {name} cannot train env {settings.env!r} "
+                            f"({', '.join(families)}): {misfit}")
         if name == "judge":
             if settings.judge is None:
                 raise DataError("grpo.rewards has 'judge' but no [grpo.judge] table (model, base_url)")
@@ -173,7 +207,9 @@ def training_source(settings: GRPOSettings) -> str | None:
 
 
 def split_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[dict]]:
-    """Return ``(train, held_out)`` task rows, disjoint by id.
+    """Return ``(train, held_out)`` task rows, disjoint by id (mixed runs, and text-game / math / code runs
+    without ``qa``: :func:`pooled_rows`, from separate training and evaluation items; GSM8K's two files number
+    their problems from 0 each, so there the items differ, not the ids).
 
     Held out: ``eval_questions`` rows from ``eval_offset``, by default those right after the training slice,
     or, when training takes every question (or the slice runs to the end), the last ``eval_questions`` rows,
@@ -181,19 +217,10 @@ def split_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[d
     """
     from agentrl.evaluate import eval_config, load_rows
 
-    if settings.env == "mixed":
-        from agentrl.envs.mixed import mixture_rows, training_sources
-
-        if not settings.mixture:
-            raise DataError("grpo.env = 'mixed' needs grpo.mixture, e.g. {math = 0.5, code = 0.25, textgame = 0.25}")
-        n = settings.mixture_rows + max(0, settings.eval_questions)
-        try:
-            rows = mixture_rows(settings.mixture, training_sources(settings.mixture, n), n, settings.seed)
-        except ValueError as exc:
-            raise DataError(f"grpo.mixture: {exc}") from None
-    else:
-        cfg = eval_config(preset, env=settings.env, qa=training_source(settings), offset=0, limit=None)
-        rows = load_rows(cfg, preset)
+    if settings.env == "mixed" or (settings.env in POOLED and settings.qa is None):
+        return pooled_rows(settings, preset)
+    cfg = eval_config(preset, env=settings.env, qa=training_source(settings), offset=0, limit=None)
+    rows = load_rows(cfg, preset)
     end = len(rows) if settings.train_questions is None else settings.train_offset + settings.train_questions
     n_eval = max(0, settings.eval_questions)
     start = settings.eval_offset
@@ -207,6 +234,37 @@ def split_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[d
                         "eval_questions)")
     if n_eval and len(held) < n_eval:
         log.warning("GRPO held-out evaluation has %d of %d questions", len(held), n_eval)
+    return train, held
+
+
+POOLED = ("textgame", "math", "code")  # envs whose training and evaluation items are separate pools
+
+
+def pooled_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[dict]]:
+    """Return ``(train, held_out)`` for a mixed run or a text-game / math / code run without ``qa``: training rows
+    from the families' training items (train-fold games, GSM8K training problems, HumanEval/0..99, ...), held-out
+    rows from their evaluation items (dev-fold games, the GSM8K held-out slice, HumanEval/100..163, ...), as
+    agentrl.envs.mixed draws them: never the same item on both sides."""
+    from agentrl.envs.mixed import heldout_sources, mixture_rows, training_sources
+
+    n_eval = max(0, settings.eval_questions)
+    start = settings.eval_offset or 0
+    if settings.env == "mixed":
+        if not settings.mixture:
+            raise DataError("grpo.env = 'mixed' needs grpo.mixture, e.g. {math = 0.5, code = 0.25, textgame = 0.25}")
+        try:
+            train = mixture_rows(settings.mixture, training_sources(settings.mixture, settings.mixture_rows, preset),
+                                 settings.mixture_rows, settings.seed)
+            held = mixture_rows(settings.mixture, heldout_sources(settings.mixture, n_eval, preset), n_eval,
+                                settings.seed) if n_eval else []
+        except ValueError as exc:
+            raise DataError(f"grpo.mixture: {exc}") from None
+        return train, held
+    end = None if settings.train_questions is None else settings.train_offset + settings.train_questions
+    train = training_sources([settings.env], end or 20, preset)[settings.env][settings.train_offset:end]
+    held = heldout_sources([settings.env], start + n_eval, preset)[settings.env][start:start + n_eval]
+    if not train:
+        raise DataError(f"GRPO has no {settings.env} training items (check grpo.train_offset / train_questions)")
     return train, held
 
 
@@ -278,9 +336,36 @@ def make_trainer(settings: GRPOSettings, loaded, task, rows: list[dict], out: Pa
 
     funcs, weights, _ = reward_functions(settings)
     args = training_args(settings, weights, out, loaded.backend)
-    return GRPOTrainer(model=loaded.model, processing_class=loaded.tokenizer, reward_funcs=funcs, args=args,
+    trainer_cls = family_trainer(GRPOTrainer) if settings.env == "mixed" else GRPOTrainer
+    return trainer_cls(model=loaded.model, processing_class=loaded.tokenizer, reward_funcs=funcs, args=args,
                        train_dataset=Dataset.from_list(rows), environment_factory=task.make_env,
                        callbacks=list(callbacks))
+
+
+def family_trainer(base):
+    """Return a subclass of TRL's GRPOTrainer ``base`` that logs, for each task family of a mixed run, the mean
+    weighted total reward of that family's rollouts (``<family>/reward``: what the advantages are computed from)
+    and their headline success (``<family>/success``: game solved, math-verify match, tests passed, ...)."""
+    import torch
+
+    from agentrl.envs.mixed import family_summary
+    from agentrl.rewards import episode_metrics
+
+    class FamilyGRPOTrainer(base):
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            start = self.accelerator.process_index * len(prompts)  # gathered over processes: take ours
+            local = per_func[start:start + len(prompts)]
+            total = (local * self.reward_weights.to(local.device).unsqueeze(0)).nansum(dim=1)
+            total[torch.isnan(local).all(dim=1)] = torch.nan  # no reward scored it: TRL leaves it out too
+            envs = self.environments or [None] * len(inputs)
+            success = [(episode_metrics(c, e, x.get("golden_answers"))[1] or {}).get("em")
+                       for c, e, x in zip(completions, envs, inputs, strict=True)]
+            for key, value in family_summary([x.get("env") for x in inputs], total.tolist(), success).items():
+                self._log_metric(key, value)
+            return per_func
+
+    return FamilyGRPOTrainer
 
 
 def _cuda() -> bool:
@@ -312,6 +397,8 @@ def agent_eval(model, tokenizer, settings: GRPOSettings, task, preset: dict, out
     from agentrl.policies.local import LocalConfig, LocalPolicy
 
     cfg = eval_config(preset, env=settings.env, qa=training_source(settings), policy="local")
+    if settings.env == "mixed" and "textgame" in settings.mixture:  # a gold path alone is 7+ actions
+        cfg.run.max_turns = max(cfg.run.max_turns, 20)
     was_training = model.training
     model.eval()
     policy = LocalPolicy(LocalConfig(model=settings.model.name, max_new_tokens=settings.eval_max_new_tokens),
