@@ -14,6 +14,7 @@ listening), the time from process start to the first answer, and a 1 MB query (r
 
     uv run python benchmarks/mcp_server.py                       # 50 clients x 100 calls
     uv run python benchmarks/mcp_server.py --clients 50 --calls 200 --rounds 3
+    uv run python benchmarks/mcp_server.py --hostile 13           # + a round with 1 call in 13 hostile
 """
 
 from __future__ import annotations
@@ -94,10 +95,18 @@ def wait_listening(url: str, proc: subprocess.Popen, timeout: float = 300) -> No
     raise RuntimeError(f"{url} did not start listening")
 
 
-def _request(kind: str, query: str, call_id: int) -> tuple[bytes, dict]:
+# hostile calls mixed into the load by --hostile: a 1 MB query, queries with no searchable term, a bad top_k
+# (answered as tool errors), and a body that is not JSON (a JSON-RPC parse error)
+HOSTILE = [{"query": "x" * 1_000_000, "top_k": TOP_K}, {"query": "the of and", "top_k": TOP_K},
+           {"query": "?", "top_k": TOP_K}, {"query": "é", "top_k": TOP_K}, {"query": "Ed Wood", "top_k": "many"},
+           None]
+
+
+def _request(kind: str, query: str, call_id: int, arguments: dict | None = None) -> tuple[bytes, dict]:
     if kind == "mcp":
+        args = arguments if arguments is not None else {"query": query, "top_k": TOP_K}
         body = {"jsonrpc": "2.0", "id": call_id, "method": "tools/call",
-                "params": {"name": "search", "arguments": {"query": query, "top_k": TOP_K}, "_meta": META}}
+                "params": {"name": "search", "arguments": args, "_meta": META}}
         return json.dumps(body).encode(), MCP_HEADERS
     return json.dumps({"query": query, "top_k": TOP_K}).encode(), {"content-type": "application/json"}
 
@@ -113,18 +122,29 @@ def _check(kind: str, reply) -> tuple[bool, str]:
 
 
 async def load(kind: str, url: str, queries: list[str], clients: int, calls: int, offset: int = 0,
-               connect_retry: bool = False) -> dict:
-    """Run ``clients`` concurrent clients of ``calls`` sequential calls each; return calls/s, latencies, errors."""
+               connect_retry: bool = False, hostile_every: int = 0) -> dict:
+    """Run ``clients`` concurrent clients of ``calls`` sequential calls each; return calls/s, latencies, errors
+    of the valid calls. With ``hostile_every`` = N, every N-th call is one of HOSTILE instead (MCP only): those
+    are counted apart (``hostile``, and ``hostile_answered`` when the reply was a tool or JSON-RPC error)."""
     import aiohttp
     import numpy as np
 
     latencies: list[float] = []
-    errors = 0
+    errors = hostile = hostile_answered = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         async def client(ci: int) -> None:
-            nonlocal errors
+            nonlocal errors, hostile, hostile_answered
             for j in range(calls):
                 n = offset + ci * calls + j
+                if hostile_every and n % hostile_every == hostile_every - 1:
+                    args = HOSTILE[(n // hostile_every) % len(HOSTILE)]
+                    body = b"{not json" if args is None else _request(kind, "", n, args)[0]
+                    async with session.post(url, data=body, headers=MCP_HEADERS) as r:
+                        reply = json.loads(await r.read())
+                    hostile += 1
+                    hostile_answered += "error" in reply or bool((reply.get("result") or {}).get("isError")) \
+                        or not (reply.get("result") or {}).get("structuredContent", {}).get("result")
+                    continue
                 body, headers = _request(kind, queries[n % len(queries)], n)
                 t = time.perf_counter()
                 while True:
@@ -143,7 +163,8 @@ async def load(kind: str, url: str, queries: list[str], clients: int, calls: int
         await asyncio.gather(*(client(i) for i in range(clients)))
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     lat = np.array(latencies) * 1000
-    return {"calls": len(latencies), "errors": errors, "wall_s": wall, "calls_per_s": len(latencies) / wall,
+    return {"calls": len(latencies), "errors": errors, "hostile": hostile, "hostile_answered": hostile_answered,
+            "wall_s": wall, "calls_per_s": len(latencies) / wall,
             "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
             "max_ms": float(lat.max()), "client_cpu_ms_per_call": 1000 * cpu / len(latencies)}
 
@@ -173,10 +194,11 @@ async def sdk_load(url: str, queries: list[str], clients: int, calls: int) -> di
             "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99))}
 
 
-def measure(kind: str, url: str, pid: int, queries: list[str], clients: int, calls: int, offset: int = 0) -> dict:
+def measure(kind: str, url: str, pid: int, queries: list[str], clients: int, calls: int, offset: int = 0,
+            hostile_every: int = 0) -> dict:
     """Return :func:`load` figures plus the server's CPU per call."""
     s0 = cpu_seconds(pid)
-    r = asyncio.run(load(kind, url, queries, clients, calls, offset))
+    r = asyncio.run(load(kind, url, queries, clients, calls, offset, hostile_every=hostile_every))
     r["server_cpu_ms_per_call"] = 1000 * (cpu_seconds(pid) - s0) / r["calls"]
     return r
 
@@ -195,6 +217,9 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=100, help="calls per client")
     ap.add_argument("--rounds", type=int, default=1, help="warm measurement rounds (bare, then MCP, each round)")
     ap.add_argument("--sdk-client", action="store_true", help="also measure through mcp.Client")
+    ap.add_argument("--hostile", type=int, default=0, metavar="N",
+                    help="also measure with every N-th call hostile (1 MB query, no searchable term, bad top_k, "
+                         "a body that is not JSON)")
     ap.add_argument("--index", help="index directory (default: the demo preset's sample index)")
     ap.add_argument("--serve-bare", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -249,6 +274,13 @@ def main() -> None:
             print(f"  MCP / bare: {rnd['ratio']:.2f}", flush=True)
             results["rounds"].append(rnd)
         mcp_proc, mcp_url, _ = servers["mcp"]
+        if args.hostile:
+            # valid-call throughput and p99 with hostile calls mixed in, against the clean MCP rounds above
+            bad = measure("mcp", mcp_url, mcp_proc.pid, queries, args.clients, args.calls, hostile_every=args.hostile)
+            results["hostile"] = {"every": args.hostile, **bad}
+            show(f"MCP server, 1 call in {args.hostile} hostile", bad)
+            print(f"  hostile calls: {bad['hostile']}, answered with an error or no passages: "
+                  f"{bad['hostile_answered']}; valid calls failed: {bad['errors']}", flush=True)
         big = asyncio.run(load("mcp", mcp_url, [f"{i} " + "x" * 1_000_000 for i in range(20)], 1, 20))
         results["one_mb_query"] = big
         print(f"1 MB query: {big['p50_ms']:.1f} ms per call (p50 of 20), refused as a tool error: "

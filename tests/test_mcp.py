@@ -166,3 +166,111 @@ def test_http_server_answers_a_bare_json_rpc_post_without_a_session(mcp_url):
     bad = {**call, "params": {"name": "search", "arguments": {"query": "x" * 5000}}}
     reply, _ = post(bad, "2025-06-18")
     assert reply["result"]["isError"] and "query too long" in reply["result"]["content"][0]["text"]
+
+
+MODERN = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+          "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "search",
+          "host": "127.0.0.1:8765"}
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def _call(arguments: dict, call_id=1, **params) -> dict:
+    return {"jsonrpc": "2.0", "id": call_id, "method": "tools/call",
+            "params": {"name": "search", "arguments": arguments, "_meta": META, **params}}
+
+
+async def _post(app, body, headers: dict | list, chunks: int = 1) -> tuple:
+    """POST ``body`` to an ASGI app; return (status, headers, body bytes) of its reply."""
+    import json
+
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    items = headers.items() if isinstance(headers, dict) else headers
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/mcp", "raw_path": b"/mcp", "root_path": "", "query_string": b"",
+             "headers": [(k.encode(), v.encode()) for k, v in items], "client": ("127.0.0.1", 5), "server": None}
+    step = max(1, -(-len(raw) // chunks))
+    messages = [{"type": "http.request", "body": raw[i:i + step], "more_body": i + step < len(raw)}
+                for i in range(0, max(len(raw), 1), step)]
+    sent = []
+
+    async def receive():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    return start["status"], sorted(start["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_fast_path_writes_the_sdk_reply_byte_for_byte_and_leaves_every_other_request_to_it(small_retriever):
+    """Every request goes to the fast path and to the bare SDK app; their replies must be identical. The fast path
+    answers only the well-formed search calls and hands the rest (refused arguments, other methods, bad headers
+    or envelopes) to the SDK with the body replayed."""
+    from agentrl.mcp_server import http_app
+
+    fast = http_app(small_retriever, max_top_k=10)
+    sdk = fast.app
+    answered = [  # (body, headers): calls the fast path answers itself
+        (_call({"query": "Ed Wood film", "top_k": 2}), MODERN),
+        (_call({"query": "Scott Derrickson"}), MODERN),  # top_k defaults to 5
+        (_call({"query": "Doctor Strange", "top_k": 10}, call_id="req-ü-7"), MODERN),
+        (_call({"query": "Tyler Bates \"composer\"\n\t é 中文 😀", "top_k": 3}, call_id=2**70), MODERN),
+        (_call({"query": "x" * 2000, "top_k": 1}), MODERN),  # at the length limit
+        (_call({"query": "Ed Wood"}), {**MODERN, "accept": "*/*"}),
+        (_call({"query": "Ed Wood"}), {**MODERN, "origin": "http://localhost:3000"}),
+        (_call({"query": "Ed Wood"}), {**MODERN, "content-type": "application/json; charset=utf-8"}),
+    ]
+    refused_headers = {k: v for k, v in MODERN.items() if k != "mcp-name"}
+    delegated = [
+        (_call({"query": "", "top_k": 2}), MODERN),
+        (_call({"query": "   "}), MODERN),
+        (_call({"query": "x" * 2001}), MODERN),
+        (_call({"query": "Ed Wood", "top_k": 0}), MODERN),
+        (_call({"query": "Ed Wood", "top_k": 11}), MODERN),
+        (_call({"query": "Ed Wood", "top_k": "5"}), MODERN),
+        (_call({"query": "Ed Wood", "top_k": 5.0}), MODERN),
+        (_call({"query": "Ed Wood", "top_k": True}), MODERN),
+        (_call({"query": 42}), MODERN),
+        (_call({"query": "Ed Wood", "k": 2}), MODERN),
+        (_call({}), MODERN),
+        (_call({"query": "Ed Wood"}, call_id=1.5), MODERN),
+        (_call({"query": "Ed Wood"}, call_id=None), MODERN),
+        (_call({"query": "Ed Wood"}, extra=1), MODERN),
+        ({"jsonrpc": "2.0", "method": "tools/call", "params": _call({"query": "x"})["params"]}, MODERN),
+        ([_call({"query": "Ed Wood"})], MODERN),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {', MODERN),
+        (_call({"query": "Ed Wood"}, name="other"), MODERN),
+        ({**_call({"query": "Ed Wood"}), "params": {"name": "search", "arguments": {"query": "Ed Wood"}}}, MODERN),
+        (_call({"query": "Ed Wood"}, _meta={**META, "io.modelcontextprotocol/protocolVersion": "2025-06-18"}), MODERN),
+        (_call({"query": "Ed Wood"}, _meta={**META, "io.modelcontextprotocol/clientCapabilities": "x"}), MODERN),
+        (_call({"query": "Ed Wood"}, _meta={**META, "io.modelcontextprotocol/clientInfo": {"name": 1}}), MODERN),
+        (_call({"query": "Ed Wood"}), refused_headers),
+        (_call({"query": "Ed Wood"}), {**MODERN, "mcp-name": "other"}),
+        (_call({"query": "Ed Wood"}), {**MODERN, "mcp-method": "tools/list"}),
+        (_call({"query": "Ed Wood"}), {**MODERN, "mcp-protocol-version": "2025-06-18"}),
+        (_call({"query": "Ed Wood"}), [*MODERN.items(), ("mcp-name", "search")]),
+        (_call({"query": "Ed Wood"}), {**MODERN, "mcp-param-query": "Ed Wood"}),
+        (_call({"query": "Ed Wood"}), {**MODERN, "host": "evil.example:80"}),
+        (_call({"query": "Ed Wood"}), {**MODERN, "origin": "http://evil.example"}),
+        (_call({"query": "Ed Wood"}), {**MODERN, "content-type": "text/plain"}),
+        (_call({"query": "Ed Wood"}), {**MODERN, "accept": "text/event-stream"}),
+        ({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": META}},
+         {**MODERN, "mcp-method": "tools/list"}),
+    ]
+
+    async def main():
+        async with sdk.router.lifespan_context(sdk):
+            for i, (body, headers) in enumerate(answered + delegated):
+                before = fast.answered
+                mine = await _post(fast, body, headers, chunks=1 + i % 3)
+                ref = await _post(sdk, body, headers)
+                assert mine == ref, (i, body, mine, ref)
+                assert fast.answered - before == (i < len(answered)), (i, body, mine)
+                if i < len(answered):
+                    assert mine[0] == 200 and b'"isError":false' in mine[2]
+
+    asyncio.run(main())

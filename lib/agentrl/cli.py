@@ -151,7 +151,8 @@ def cmd_serve(args) -> int:
     from agentrl.mcp_server import serve
 
     serve(args.index, transport=args.transport, host=args.host, port=args.port, method=args.method,
-          distinct=False if args.raw_chunks else None, max_query_chars=args.max_query_chars)
+          distinct=False if args.raw_chunks else None, max_query_chars=args.max_query_chars,
+          fast_path=not args.no_fast_path)
     return 0
 
 
@@ -516,6 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--method", choices=["bm25", "dense", "hybrid"])
     c.add_argument("--raw-chunks", action="store_true",
                    help="return raw chunks (a document may fill several slots) instead of distinct documents")
+    c.add_argument("--no-fast-path", action="store_true",
+                   help="HTTP: answer every call through the MCP SDK (the fast path for well-formed search calls "
+                        "writes the same bytes; this is for comparison)")
     c.set_defaults(func=cmd_serve)
     return p
 

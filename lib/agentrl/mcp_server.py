@@ -31,9 +31,9 @@ MAX_QUERY_CHARS = 2000
 
 
 def build_server(retriever, *, method: str | None = None, max_top_k: int = 50, name: str = "agentrl-retrieval",
-                 max_query_chars: int = MAX_QUERY_CHARS):
-    """Return an ``MCPServer`` exposing ``search(query, top_k)`` over ``retriever``; queries longer than
-    ``max_query_chars`` get a tool error at once."""
+                 max_query_chars: int = MAX_QUERY_CHARS, searcher: BatchSearcher | None = None):
+    """Return an ``MCPServer`` exposing ``search(query, top_k)`` over ``retriever`` (through ``searcher``, a
+    ``BatchSearcher`` made here when not given); queries longer than ``max_query_chars`` get a tool error at once."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -41,7 +41,7 @@ def build_server(retriever, *, method: str | None = None, max_top_k: int = 50, n
     # call that a flood of bad calls turns into a log flood (and a server blocked on a full stderr pipe)
     server = MCPServer(name=name, instructions="Search a passage corpus (hybrid BM25 + dense retrieval).",
                        log_level="WARNING")
-    searcher = BatchSearcher(retriever, method)
+    searcher = searcher or BatchSearcher(retriever, method)
 
     @server.tool()
     async def search(query: str, top_k: int = 5) -> list[Passage]:
@@ -68,9 +68,40 @@ def build_server(retriever, *, method: str | None = None, max_top_k: int = 50, n
     return server
 
 
+def http_app(retriever, *, host: str = "127.0.0.1", method: str | None = None, max_top_k: int = 50,
+             max_query_chars: int = MAX_QUERY_CHARS, fast_path: bool = True):
+    """Return the ASGI app that serves MCP at ``/mcp`` over streamable HTTP: the SDK's app in stateless
+    JSON-response mode, behind the search fast path (``agentrl.mcp_fast``) unless ``fast_path`` is False."""
+    from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+    from mcp_types import Implementation
+
+    from agentrl.mcp_fast import SearchFastPath
+
+    searcher = BatchSearcher(retriever, method)
+    server = build_server(retriever, method=method, max_top_k=max_top_k, max_query_chars=max_query_chars,
+                          searcher=searcher)
+    security = None
+    if host in ("127.0.0.1", "localhost", "::1"):  # the SDK's own default for loopback, spelt out to share it
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True, allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+    # stateless + JSON responses: every POST is answered on its own with one JSON body, no session to create,
+    # track or expire, for clients of the handshake protocols too (2026-07-28 clients are stateless anyway)
+    app = server.streamable_http_app(json_response=True, stateless_http=True, transport_security=security,
+                                     host=host, max_request_body_size=DEFAULT_MAX_REQUEST_BODY_SIZE)
+    if not fast_path:
+        return app
+    info = Implementation(name=server.name, version=server.version, title=server.title,
+                          description=server.description, website_url=server.website_url, icons=server.icons)
+    return SearchFastPath(app, searcher.search, Passage, path="/mcp", security=security,
+                          server_info=info.model_dump(by_alias=True, mode="json", exclude_none=True),
+                          max_body=DEFAULT_MAX_REQUEST_BODY_SIZE, max_top_k=max_top_k,
+                          max_query_chars=max_query_chars)
+
+
 def serve(index_dir: str, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
           method: str | None = None, max_top_k: int = 50, distinct: bool | None = None,
-          max_query_chars: int = MAX_QUERY_CHARS) -> None:
+          max_query_chars: int = MAX_QUERY_CHARS, fast_path: bool = True) -> None:
     """Load the index, warm the embedder up and serve until interrupted (blocks).
 
     ``distinct`` overrides the index's setting: distinct documents (default) or raw chunks (False)."""
@@ -78,12 +109,15 @@ def serve(index_dir: str, *, transport: str = "stdio", host: str = "127.0.0.1", 
 
     retriever = Retriever.load(index_dir, overrides={"distinct": distinct})
     retriever.search("warm up", 1, method)  # load the embedder before the first client waits for it
-    server = build_server(retriever, method=method, max_top_k=max_top_k, max_query_chars=max_query_chars)
     if transport == "stdio":
-        server.run("stdio")
+        build_server(retriever, method=method, max_top_k=max_top_k, max_query_chars=max_query_chars).run("stdio")
     elif transport in ("http", "streamable-http"):
-        # stateless + JSON responses: every POST is answered on its own with one JSON body, no session to create,
-        # track or expire, for clients of the handshake protocols too (2026-07-28 clients are stateless anyway)
-        server.run("streamable-http", host=host, port=port, json_response=True, stateless_http=True)
+        import uvicorn
+
+        app = http_app(retriever, host=host, method=method, max_top_k=max_top_k, max_query_chars=max_query_chars,
+                       fast_path=fast_path)
+        # uvicorn picks uvloop and httptools when installed (they are dependencies): the pure-Python h11 parser
+        # and asyncio's loop cost more CPU per call than the search (docs/decisions.md)
+        uvicorn.run(app, host=host, port=port, log_level="warning")
     else:
         raise DataError(f"unknown transport '{transport}' (stdio, http)")
