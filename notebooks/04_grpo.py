@@ -41,7 +41,7 @@ def _():
     # --env search|sql|textgame|math|code|mixed preselects the task family (mixed: the preset's mixture)
     env_pick = nb.env_dropdown(args, (*nb.ENVS, "mixed"), default=grpo.grpo_config(preset).env)
     model_pick = nb.model_dropdown(args)
-    mo.hstack([env_pick, model_pick])
+    mo.vstack([mo.md(which), mo.hstack([env_pick, model_pick])])
     return args, env_pick, model_pick, preset, which
 
 
