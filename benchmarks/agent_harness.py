@@ -5,9 +5,9 @@ A scripted OpenAI-compatible endpoint process (agentrl.scripted_endpoint) answer
 encoder, is what is measured; a hybrid-search run is reported too). Ideal throughput = concurrency / 0.1 s.
 
 The ceiling is a bare aiohttp loop in this process, measured in the same run: the same number of questions in
-flight, each question the two requests the harness sent for a real question (captured by the endpoint), no
-search, no trajectory, no file. The harness is run once per endpoint transport (aiohttp, openai) and the
-ratio harness / ceiling printed for each at the highest concurrency.
+flight, each question the two requests the harness sent for a real question (captured by the endpoint), no search,
+no trajectory, no file, on the same event loop as the harness (uvloop where installed). The harness is run once per
+endpoint transport (aiohttp, openai) and the ratio harness / ceiling printed for each at the highest concurrency.
 
     uv run python benchmarks/agent_harness.py                # 1,000 questions at concurrency 1, 32, 128
     uv run python benchmarks/agent_harness.py --questions 2000 --concurrency 128 --rounds 3
@@ -77,10 +77,13 @@ def captured_question(url: str, question: str) -> list[bytes]:
 
 def bare_client(url: str, bodies: list[bytes], n: int, concurrency: int, server_pid: int) -> dict:
     """The ceiling: ``concurrency`` workers, each question the same requests in order over one aiohttp session,
-    reply bodies parsed as JSON, nothing else. Returns questions/s, requests/s and CPU per question."""
+    reply bodies parsed as JSON, nothing else, on the event loop the harness runs on (agentrl.aio: uvloop where
+    installed). Returns questions/s, requests/s and CPU per question."""
     import asyncio
 
     import aiohttp
+
+    from agentrl.aio import run_sync
 
     async def go():
         left = iter(range(n))
@@ -96,7 +99,7 @@ def bare_client(url: str, bodies: list[bytes], n: int, concurrency: int, server_
             await asyncio.gather(*(worker() for _ in range(concurrency)))
             return time.perf_counter() - t0, time.process_time() - c0, cpu_seconds(server_pid) - s0
 
-    wall, cpu, server_cpu = asyncio.run(go())
+    wall, cpu, server_cpu = run_sync(go())
     return {"concurrency": concurrency, "questions": n, "qps": n / wall, "requests_per_s": len(bodies) * n / wall,
             "client_cpu_ms_per_q": 1000 * cpu / n, "endpoint_cpu_ms_per_q": 1000 * server_cpu / n}
 

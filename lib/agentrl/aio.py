@@ -1,7 +1,9 @@
 """Run a coroutine to completion from synchronous code, also where an event loop is already running.
 
 Jupyter (and so every exported notebook) runs cells inside an event loop, where ``asyncio.run`` raises;
-there the coroutine runs on a fresh loop in a worker thread instead.
+there the coroutine runs on a fresh loop in a worker thread instead. The loop is uvloop's where it is installed
+(a dependency; not on Windows): the runner's per-request cost is mostly event-loop and socket work, and uvloop
+cut the harness's CPU per question by a quarter (benchmarks/agent_harness.py; docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -14,11 +16,25 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+def loop_factory():
+    """Return uvloop's event-loop constructor when uvloop is importable, else None (asyncio's default loop)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(coro)
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Return the result of ``coro``, run on a new event loop (in a thread if one is already running)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return _run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        return pool.submit(_run, coro).result()
