@@ -7,7 +7,8 @@ import pytest
 from agentrl.config import REPO_ROOT, load_preset
 from agentrl.gpu_plan import ARCHS, CARDS, GIB, apply_card, arch_for, card_for, plan_grpo, plan_sft, plans
 
-GPU_PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml") if p.stem not in ("demo", "cpu_smol"))
+CPU_PRESETS = ("demo", "cpu_smol", "envs_demo")  # the tiny or the SmolLM2 model from runs/: no GPU plan
+GPU_PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml") if p.stem not in CPU_PRESETS)
 
 
 def test_kv_cache_bytes_match_vllms_log_of_unsloths_qwen3_4b_t4_notebook():

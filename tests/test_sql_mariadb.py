@@ -322,10 +322,11 @@ def test_eval_cli_takes_the_backend_and_grpo_settings_carry_it():
 
 
 def test_a_missing_server_is_a_clear_error(monkeypatch):
+    from agentrl.envs import mariadb_server
     from agentrl.io import DataError
     from agentrl.tasks import sql_task
 
-    monkeypatch.setattr(mariadb.shutil, "which", lambda *a, **k: None)
+    monkeypatch.setattr(mariadb_server.shutil, "which", lambda *a, **k: None)
     with pytest.raises(DataError, match="apt-get install mariadb-server"):
         sql_task(backend="mariadb")
 
