@@ -129,7 +129,7 @@ class SearchFastPath:
         # the SDK's MCPServer: one indented-JSON text block per item, the structured result next to it
         content = [{"text": pydantic_core.to_json(p, fallback=str, indent=2).decode(), "type": "text"}
                    for p in passages]
-        result = {"content": content, "isError": False, "resultType": "complete" ,
+        result = {"content": content, "isError": False, "resultType": "complete",
                   "structuredContent": {"result": [p.model_dump(mode="json", by_alias=True) for p in passages]},
                   "_meta": {"io.modelcontextprotocol/serverInfo": self.server_info}}
         return json.dumps({"jsonrpc": "2.0", "id": call_id, "result": result}, separators=(",", ":")).encode()

@@ -44,18 +44,17 @@ import threading
 import weakref
 from collections import Counter
 
-from agentrl.envs.mariadb_server import (  # noqa: F401  (binaries, available: this module's public API too)
+from agentrl.envs.mariadb_server import (
     _LOST,
     MariaDBServer,
     _grant_pattern,
     _text,
     agentbench_hash_sql,
-    available,
     backtick,
-    binaries,
-    create_table_sql,
     shared_server,
 )
+from agentrl.envs.mariadb_server import available as available  # re-exported: the backend's checks
+from agentrl.envs.mariadb_server import binaries as binaries
 from agentrl.envs.sql import GoldResult, SQLEnv, SQLLimits, normalize_value
 
 ALLOWED = {"SELECT", "WITH", "VALUES", "TABLE", "(", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "INSERT", "UPDATE",
