@@ -203,6 +203,34 @@ def test_resume_skips_finished_questions_and_retries_errored_ones(endpoint_url, 
     assert by_id["q0"]["timing"] == first["q0"]["timing"]  # finished items were not run again
 
 
+def test_metrics_kept_during_a_resumed_run_equal_metrics_recomputed_from_its_file(endpoint_url, task, tmp_path):
+    from agentrl.runner import finalize
+
+    out, tag = tmp_path / "run", uuid.uuid4().hex
+    rows = [row(0, "Ed Wood"), row(1, f"[[fail:503:9]] down {tag}"), row(2, "[[mode:bad_json]] Ed Wood"),
+            row(3, "Doctor Strange", gold=("Scott Derrickson",)),
+            {**row(4, "Tyler Bates"), "metadata": {"level": "hard"}}]
+    run_batch(policy(endpoint_url, max_retries=0), task, rows[:3], out, RunConfig(progress=False))
+    kept = run_batch(policy(endpoint_url, max_retries=0), task, rows, out, RunConfig(progress=False), resume=True)
+    assert kept["n"] == 5 and kept["errors"] == 1 and kept["tools"]["wellformed_call_share"] < 1
+    assert kept == finalize(out, rows)  # the same figures from every line of the file, read back
+
+
+def test_the_heap_is_frozen_only_while_a_run_is_going(endpoint_url, task, tmp_path):
+    import gc
+
+    from agentrl.runner import arun_batch
+
+    seen = []
+
+    async def annotate(traj):
+        seen.append(gc.get_freeze_count())
+
+    asyncio.run(arun_batch(policy(endpoint_url), task, [row(0, "Ed Wood"), row(1, "Tyler Bates")], tmp_path / "run",
+                           RunConfig(progress=False), annotate=annotate))
+    assert len(seen) == 2 and min(seen) > 0 and gc.get_freeze_count() == 0
+
+
 def test_resume_refuses_a_directory_run_with_other_settings(endpoint_url, task, small_retriever, tmp_path):
     out, rows = tmp_path / "run", [row(0, "Ed Wood")]
     run_batch(policy(endpoint_url), task, rows, out, RunConfig(progress=False))

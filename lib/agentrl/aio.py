@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Coroutine
+import contextlib
+import gc
+from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -38,3 +40,26 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return _run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(_run, coro).result()
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Keep the objects alive at entry out of the cyclic collector's passes until the block exits; yields None.
+
+    A long batch creates enough long-lived objects (trajectories in flight, records) to trigger full collections,
+    and each full pass walks every object the process holds: ~340k after importing the libraries and loading an
+    index, 0.16-0.24 s during which every in-flight episode stalls (the agent harness benchmark: one such pass
+    per 2,000 questions, 7-10 % of the run; docs/decisions.md). ``gc.freeze()`` moves those objects to the
+    permanent generation; they are still freed by reference counting, only cycles among them wait for the end
+    of the block, when ``gc.unfreeze()`` hands them back. A block entered while anything is frozen (the caller's
+    own ``gc.freeze()``, or another run in another thread) changes nothing, so it never unfreezes what it did not
+    freeze.
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentrl.agent import error_trajectory, run_episode
+from agentrl.aio import frozen_heap
 from agentrl.io import DataError, JsonlAppender, iter_jsonl, read_json, write_json, write_jsonl
 from agentrl.manifest import scrub, write_manifest
 from agentrl.metrics import aggregate, tool_call_quality
@@ -127,7 +128,7 @@ async def arun_batch(policy, task, rows: list[dict], out_dir: str | Path, cfg: R
     wanted = set(ids)
     out_dir.mkdir(parents=True, exist_ok=True)
     # the lock first: a run held by another process is reported as such, whatever the directory holds
-    with RunLock(out_dir):
+    with RunLock(out_dir), frozen_heap():
         if path.exists() and not (resume or overwrite):
             raise DataError(f"{path} exists: pass --resume to continue it or --overwrite to start again")
         if resume and not overwrite:
@@ -150,6 +151,7 @@ async def _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fin
                    extra={"fingerprint": fingerprint})
 
     progress = _Progress(len(rows), len(done), sum(r["metrics"].get("f1", 0.0) for r in done), cfg.progress)
+    written = [summary(r) for r in done]  # what metrics.json needs of every line in the file, kept as written
     queue: asyncio.Queue = asyncio.Queue()
     for row in todo:
         queue.put_nowait(row)
@@ -185,6 +187,7 @@ async def _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fin
                 if failure is not None:  # the file takes no record (disk full, ...): stop with what is written
                     unwritable.append(scrub(f"{type(failure).__name__}: {str(failure)[:300]}", secrets))
                     return
+                written.append(scrub_values(summary(traj), secrets))  # as the line was written
                 progress.update(traj)
 
         try:
@@ -199,7 +202,7 @@ async def _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fin
         raise DataError(f"{path}: a record could not be written ({unwritable[0]}); the run stopped. The "
                         f"{progress.n} records already in the file are intact: fix the cause (free disk space, "
                         "...) and rerun with --resume")
-    return finalize(out_dir, rows)
+    return finalize(out_dir, rows, written)
 
 
 def _write(out: JsonlAppender, traj: dict, secrets: tuple[str, ...]) -> Exception | None:
@@ -293,13 +296,26 @@ def scrub_values(obj, secrets: tuple[str, ...]):
     return walk(obj)
 
 
-def finalize(out_dir: Path, rows: list[dict]) -> dict:
+def summary(traj: dict) -> dict:
+    """Return the parts of a trajectory that :func:`finalize` reads: id, metrics, metadata, finish, error, error
+    kind, judge verdict, and each tool message's role and error (the message texts left out)."""
+    out = {k: traj[k] for k in ("id", "metrics", "metadata", "finish", "error", "error_kind", "judge") if k in traj}
+    out["messages"] = [{"role": "tool", "error": m.get("error")} for m in traj.get("messages") or []
+                       if isinstance(m, dict) and m.get("role") == "tool"]
+    return out
+
+
+def finalize(out_dir: Path, rows: list[dict], records: list[dict] | None = None) -> dict:
     """Compute metrics.json over the trajectories of ``rows`` in ``out_dir``; return it.
 
+    ``records`` are the lines of the trajectories file when the caller has them (the runner keeps the
+    :func:`summary` of every line it kept or wrote, sparing a re-read of the whole file: a twentieth of the
+    harness's CPU per question); without them the file is read.
     When trajectories carry judge verdicts, ``judge_status`` counts them by status (ok, cached, fallback,
     no_prediction) and a warning says how many fell back, since those scores are not the judge's.
     """
-    records = [r for _, r in iter_jsonl(out_dir / TRAJECTORIES, allow_torn_tail=True)]
+    if records is None:
+        records = [r for _, r in iter_jsonl(out_dir / TRAJECTORIES, allow_torn_tail=True)]
     metrics = aggregate(records)
     metrics["finish"] = _count(r.get("finish") for r in records)
     metrics["tools"] = tool_call_quality(records)

@@ -23,8 +23,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from agentrl.envs.base import api_tools
-from agentrl.io import DataError
+from agentrl.io import DataError, loads
 from agentrl.policies.base import Turn, arguments_text, parse_hermes
 
 
@@ -236,8 +238,7 @@ class AiohttpTransport:
 
         session = self._session or self._open()
         try:
-            # ensure_ascii (the default) escapes lone surrogates a model may have produced; UTF-8 cannot hold them
-            async with session.post(self.url, data=json.dumps(request).encode(), headers=self.headers) as resp:
+            async with session.post(self.url, data=request_body(request), headers=self.headers) as resp:
                 body = await resp.read()
                 status, headers = resp.status, resp.headers
         except TimeoutError:
@@ -254,6 +255,21 @@ class AiohttpTransport:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def request_body(request: dict) -> bytes:
+    """Return the UTF-8 JSON body of a chat-completions ``request``.
+
+    msgspec (~10x faster than ``json.dumps`` on a request carrying passages); a request it refuses (a lone
+    surrogate a model produced, which UTF-8 cannot hold) is encoded by ``json.dumps`` with ``ensure_ascii``,
+    which escapes it."""
+    try:
+        return _ENCODER.encode(request)
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+        return json.dumps(request).encode()
+
+
+_ENCODER = msgspec.json.Encoder()
 
 
 def _sdk_request(url: str):
@@ -299,7 +315,7 @@ def parse_body(raw: bytes | str):
     deeper than ``MAX_BODY_DEPTH`` are replaced by the string ``"(nested deeper than 100 levels)"``, so a hostile
     body reaches the reply checks (and its tool calls the tools, as errors) instead of failing the item."""
     try:
-        return json.loads(raw)
+        return loads(raw)  # msgspec first, json.loads for what it refuses
     except RecursionError:
         pass
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw  # it decoded once already
