@@ -155,3 +155,42 @@ def test_notebooks_offer_smollm2_and_keep_an_adapter_only_for_its_own_base_model
     assert nb.adapter_for(str(adapter), "runs/models/tiny") == str(adapter)
     assert nb.adapter_for(str(adapter), "runs/models/smollm2-135m-instruct") is None
     assert nb.adapter_for(str(adapter), None) == str(adapter)
+
+
+def test_a_batch_prefills_its_shared_prompt_start_once_and_generates_the_same_tokens(smol_model, hotpot_rows):
+    from agentrl.envs.base import tool_schemas
+    from agentrl.envs.search import SearchEnv
+    from agentrl.models import load_inference_model
+    from agentrl.policies.local import LocalConfig, LocalPolicy
+    from agentrl.prompts import system_prompt
+
+    model, tok = load_inference_model(smol_model)
+    tools, prompt = tool_schemas(SearchEnv()), system_prompt("search", max_searches=4)
+    requests = [([{"role": "system", "content": prompt}, {"role": "user", "content": r["question"]}], tools)
+                for r in hotpot_rows[150:154]]
+    turns = {}
+    for share in (True, False):
+        pol = LocalPolicy(LocalConfig(model=str(smol_model), max_new_tokens=24, share_prefix=share), model=model,
+                          tokenizer=tok)
+        prefills: list = []
+        handle = model.register_forward_hook(
+            lambda m, args, kwargs, out, seen=prefills: seen.append(kwargs["input_ids"].shape), with_kwargs=True)
+        try:
+            turns[share] = pol._generate_batch(requests)
+        finally:
+            handle.remove()
+        assert prefills[0][0] == (1 if share else 4)  # the shared start: one row, then every row's own tokens
+    assert [(t.content, t.tool_calls, t.prompt_tokens, t.completion_tokens) for t in turns[True]] == [
+        (t.content, t.tool_calls, t.prompt_tokens, t.completion_tokens) for t in turns[False]]
+
+
+def test_rows_keep_the_shared_start_in_front_and_pad_before_their_own_tokens():
+    from agentrl.policies.local import padded, shared_prefix
+
+    ids = [[1, 2, 3, 4, 5], [1, 2, 3, 9], [1, 2, 3]]
+    assert shared_prefix(ids) == 2  # every row keeps a token of its own
+    assert shared_prefix([[1, 2], [3, 4]]) == 0
+    rows, masks = padded(ids, 2, 0)
+    assert rows == [[1, 2, 3, 4, 5], [1, 2, 0, 3, 9], [1, 2, 0, 0, 3]]
+    assert masks == [[1, 1, 1, 1, 1], [1, 1, 0, 1, 1], [1, 1, 0, 0, 1]]
+    assert padded(ids, 0, 0)[0] == [[1, 2, 3, 4, 5], [0, 1, 2, 3, 9], [0, 0, 1, 2, 3]]  # plain left padding

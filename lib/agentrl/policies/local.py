@@ -1,7 +1,9 @@
 """A local transformers model (+ optional LoRA adapter) as a policy, for quick checks without a server.
 
 Concurrent episodes share the model: their pending turns are generated together in one left-padded, KV-cached
-``generate`` call (``max_batch``), which is what makes evaluating a 135M model on CPU practical.
+``generate`` call (``max_batch``), which is what makes evaluating a 135M model on CPU practical. The prompts of a
+batch share their start (system prompt and tool schemas: 318 of ~350 tokens for SmolLM2's search prompts); it is
+prefilled once and its KV cache copied to every row, the padding going between it and each row's own tokens.
 
 Prompts are rendered with the model's own chat template (tools included) and the output is parsed as
 hermes ``<tool_call>`` blocks, the format Qwen models and the tiny demo model emit.
@@ -34,6 +36,7 @@ class LocalConfig:
     chat_template_kwargs: dict = field(default_factory=dict)
     max_batch: int = 16  # prompts per generate call (concurrent episodes are batched); 1 = one at a time
     batch_wait_s: float = 0.05  # how long the first request waits for others to join its batch
+    share_prefix: bool = True  # prefill a batch's common prompt start once (same tokens out; see the module doc)
 
 
 class LocalPolicy:
@@ -75,17 +78,20 @@ class LocalPolicy:
         start = time.perf_counter()
         prompts = [render(self.tokenizer, m, t, generation_prompt=True, **self.cfg.chat_template_kwargs)
                    for m, t in requests]
-        side = self.tokenizer.padding_side
-        self.tokenizer.padding_side = "left"  # new tokens must follow every prompt directly
-        try:
-            enc = self.tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
-        finally:
-            self.tokenizer.padding_side = side
-        enc = {k: v.to(self.model_obj.device) for k, v in enc.items()}
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        shared = shared_prefix(ids) if self.cfg.share_prefix and len(ids) > 1 else 0
+        cache = self._prefill(ids[0][:shared]) if shared >= MIN_SHARED_PREFIX else None
+        if cache is None:
+            shared = 0
+        else:
+            cache.batch_repeat_interleave(len(ids))
+        rows, masks = padded(ids, shared, self.tokenizer.pad_token_id)
+        device = self.model_obj.device
+        enc = {"input_ids": torch.tensor(rows, device=device), "attention_mask": torch.tensor(masks, device=device)}
         sample = self.cfg.temperature > 0
         with torch.no_grad():
-            out = self.model_obj.generate(**enc, max_new_tokens=self.cfg.max_new_tokens, do_sample=sample,
-                                          temperature=self.cfg.temperature if sample else None,
+            out = self.model_obj.generate(**enc, past_key_values=cache, max_new_tokens=self.cfg.max_new_tokens,
+                                          do_sample=sample, temperature=self.cfg.temperature if sample else None,
                                           top_p=self.cfg.top_p if sample else None, top_k=None, use_cache=True,
                                           pad_token_id=self.tokenizer.pad_token_id)
         self.batch_sizes.append(len(requests))
@@ -106,6 +112,43 @@ class LocalPolicy:
                               prompt_tokens=int(enc["attention_mask"][i].sum()), completion_tokens=len(new),
                               latency_s=latency))
         return turns
+
+
+    def _prefill(self, prefix: list[int]):
+        """Return the KV cache of ``prefix`` (batch of one), or None when the model's cache cannot be copied to
+        several rows (the batch is then generated without it)."""
+        import torch
+
+        with torch.no_grad():
+            cache = self.model_obj(input_ids=torch.tensor([prefix], device=self.model_obj.device),
+                                   use_cache=True).past_key_values
+        return cache if hasattr(cache, "batch_repeat_interleave") else None
+
+
+# a shared start shorter than this is not worth a forward pass of its own
+MIN_SHARED_PREFIX = 32
+
+
+def shared_prefix(ids: list[list[int]]) -> int:
+    """Return how many leading tokens all of ``ids`` share, leaving at least one token of each row unshared (the
+    first generation step needs an input in every row)."""
+    first, n = ids[0], min(len(x) for x in ids) - 1
+    for x in ids[1:]:
+        n = next((i for i in range(n) if x[i] != first[i]), n)
+    return max(0, n)
+
+
+def padded(ids: list[list[int]], shared: int, pad_id: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Return ``(rows, attention_masks)``: each row is the ``shared`` start, padding, then its own tokens, so that
+    new tokens follow every prompt directly (``shared = 0``: plain left padding). Position ids come from the mask,
+    so every token keeps the position it has unpadded."""
+    width = max(len(x) for x in ids) - shared
+    rows, masks = [], []
+    for x in ids:
+        own, gap = x[shared:], width - (len(x) - shared)
+        rows.append(x[:shared] + [pad_id] * gap + own)
+        masks.append([1] * shared + [0] * gap + [1] * len(own))
+    return rows, masks
 
 
 class _Batcher:
