@@ -74,11 +74,14 @@ def test_train_and_dev_folds_generate_different_games_and_a_bad_fold_is_refused(
 
 
 def test_concurrent_episodes_each_get_their_own_game_and_games_return_to_the_pool(dev_rows):
-    results = {}
+    results, games = {}, set()
+    together = threading.Barrier(3, timeout=120)  # all three hold a game at once: threads may otherwise run in turn
 
     def play(row):
         env = TextGameEnv()
         env.reset(**row)
+        together.wait()
+        games.add(id(env._game))
         for a in row["metadata"]["gold"]:
             env.act(a)
         results[row["id"]] = textgame_score(None, row, env)["success"]
@@ -90,6 +93,7 @@ def test_concurrent_episodes_each_get_their_own_game_and_games_return_to_the_poo
         t.join()
     gc.collect()
     assert results == {r["id"]: 1.0 for r in dev_rows[:3]}
+    assert len(games) == 3  # no two concurrent episodes shared a game
     assert POOL.size() >= 3  # the three games came back and are reused by the next episodes
 
 
