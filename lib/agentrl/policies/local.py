@@ -78,7 +78,7 @@ class LocalPolicy:
         start = time.perf_counter()
         prompts = [render(self.tokenizer, m, t, generation_prompt=True, **self.cfg.chat_template_kwargs)
                    for m, t in requests]
-        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
         shared = shared_prefix(ids) if self.cfg.share_prefix and len(ids) > 1 else 0
         cache = self._prefill(ids[0][:shared]) if shared >= MIN_SHARED_PREFIX else None
         if cache is None:
@@ -112,7 +112,6 @@ class LocalPolicy:
                               prompt_tokens=int(enc["attention_mask"][i].sum()), completion_tokens=len(new),
                               latency_s=latency))
         return turns
-
 
     def _prefill(self, prefix: list[int]):
         """Return the KV cache of ``prefix`` (batch of one), or None when the model's cache cannot be copied to

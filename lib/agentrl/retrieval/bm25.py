@@ -128,10 +128,9 @@ def top_positive(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     candidates = np.flatnonzero(scores > 0)
     values = scores[candidates]
     if len(candidates) > k:
-        keep = np.argpartition(values, -k)[-k:]
-        # argpartition may cut a tie at the k-th value anywhere: take every candidate tied with it, order all
-        # by (score descending, index), then cut, so which tied document stays is deterministic
-        keep = np.flatnonzero(values >= values[keep].min())
+        # every candidate up to the k-th best value, ties with it included: ordered by (score descending, index)
+        # and then cut, which tied document stays is deterministic
+        keep = values >= np.partition(values, -k)[-k]
         candidates, values = candidates[keep], values[keep]
     order = np.lexsort((candidates, -values))[:k]
     return candidates[order], values[order]
