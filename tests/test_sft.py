@@ -167,6 +167,21 @@ def test_two_process_accelerate_run_completes(tmp_path, sft_data, tiny_model):
     assert proc.stdout.count("2 steps on transformers") == 1  # only the main process reports
 
 
+def test_a_rank_ends_its_process_group_before_exit(tmp_path):
+    import torch.distributed as dist
+
+    from agentrl.train.checkpoints import end_distributed
+
+    assert end_distributed() is False  # no group: nothing to do
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        assert end_distributed() is True
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 @pytest.mark.skipif(importlib.util.find_spec("unsloth") is None, reason="unsloth is not installed (GPU path only)")
 def test_unsloth_backend_trains_checks_and_merges_on_its_cpu_path(tmp_path, sft_data, tiny_model, small_index):
     """Unsloth's own calls (from_pretrained, get_peft_model, SFT, save_pretrained_merged), on its CPU backend.

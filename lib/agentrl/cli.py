@@ -261,7 +261,12 @@ def cmd_sft(args) -> int:
     cfg = sft_config(preset, name=args.name, data=args.data, max_steps=args.max_steps, epochs=args.epochs,
                      learning_rate=args.learning_rate, check_questions=args.check_questions, merge=args.merge or None,
                      model_name=args.model, backend=args.backend, save_steps=args.save_steps)
-    result = run_sft(cfg, preset, resume=args.resume, overwrite=args.overwrite)
+    from agentrl.train.checkpoints import end_distributed
+
+    try:
+        result = run_sft(cfg, preset, resume=args.resume, overwrite=args.overwrite)
+    finally:
+        end_distributed()
     if result.is_main:
         print_sft_summary(result.metrics, result.out)
     return 0
@@ -280,7 +285,12 @@ def cmd_grpo(args) -> int:
                       eval_questions=args.eval_questions, eval_every=args.eval_every, save_steps=args.save_steps)
     if args.no_adapter:
         cfg.adapter = None
-    result = run_grpo(cfg, preset, resume=args.resume, overwrite=args.overwrite)
+    from agentrl.train.checkpoints import end_distributed
+
+    try:
+        result = run_grpo(cfg, preset, resume=args.resume, overwrite=args.overwrite)
+    finally:
+        end_distributed()
     if result.is_main:
         print_grpo_summary(result.metrics, result.out)
     return 0

@@ -105,6 +105,21 @@ def distributed_launch() -> str | None:
     return f"DDP, {world} processes" if world > 1 else None
 
 
+def end_distributed() -> bool:
+    """Destroy the default process group if this process joined one; return True when it did.
+
+    A rank that exits with its gloo group alive can abort (SIGABRT, "terminate called without an active
+    exception"): gloo's worker threads are torn down during interpreter finalization. Each rank ends its own
+    group without a barrier, so a main process still saving or checking does not hold the others."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return False
+    dist.destroy_process_group()
+    return True
+
+
 def fsdp() -> bool:
     """Return True when ``accelerate launch`` runs this process under FSDP."""
     return _on("ACCELERATE_USE_FSDP")
