@@ -122,8 +122,11 @@ def test_the_heap_is_frozen_inside_the_block_and_a_callers_own_freeze_is_left_al
     gc.freeze()
     try:
         before = gc.get_freeze_count()
+        made_after = [[] for _ in range(10_000)]  # a second freeze would move these into the permanent generation
         with frozen_heap():
             pass
-        assert gc.get_freeze_count() == before
+        # the count only falls when frozen objects are freed (other threads of the test process free some)
+        assert 0 < gc.get_freeze_count() <= before
+        assert made_after
     finally:
         gc.unfreeze()
