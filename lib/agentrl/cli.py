@@ -261,12 +261,7 @@ def cmd_sft(args) -> int:
     cfg = sft_config(preset, name=args.name, data=args.data, max_steps=args.max_steps, epochs=args.epochs,
                      learning_rate=args.learning_rate, check_questions=args.check_questions, merge=args.merge or None,
                      model_name=args.model, backend=args.backend, save_steps=args.save_steps)
-    from agentrl.train.checkpoints import end_distributed
-
-    try:
-        result = run_sft(cfg, preset, resume=args.resume, overwrite=args.overwrite)
-    finally:
-        end_distributed()
+    result = run_sft(cfg, preset, resume=args.resume, overwrite=args.overwrite)
     if result.is_main:
         print_sft_summary(result.metrics, result.out)
     return 0
@@ -285,12 +280,7 @@ def cmd_grpo(args) -> int:
                       eval_questions=args.eval_questions, eval_every=args.eval_every, save_steps=args.save_steps)
     if args.no_adapter:
         cfg.adapter = None
-    from agentrl.train.checkpoints import end_distributed
-
-    try:
-        result = run_grpo(cfg, preset, resume=args.resume, overwrite=args.overwrite)
-    finally:
-        end_distributed()
+    result = run_grpo(cfg, preset, resume=args.resume, overwrite=args.overwrite)
     if result.is_main:
         print_grpo_summary(result.metrics, result.out)
     return 0
@@ -546,6 +536,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        from agentrl.train.checkpoints import end_distributed
+
+        end_distributed()  # a rank of `accelerate launch` (sft, grpo) leaves its process group before exiting
 
 
 if __name__ == "__main__":
