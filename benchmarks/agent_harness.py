@@ -1,6 +1,6 @@
 """Agent harness benchmark: how close does the batch runner get to what a bare HTTP client reaches?
 
-A scripted OpenAI-compatible endpoint process (agentrl.scripted_endpoint) answers every call after a fixed
+A scripted OpenAI-compatible endpoint process (tests/scripted_endpoint.py) answers every call after a fixed
 50 ms; each question costs 2 LLM calls + 1 real search (BM25 on the sample index, so the harness, not the
 encoder, is what is measured; a hybrid-search run is reported too). Ideal throughput = concurrency / 0.1 s.
 
@@ -38,11 +38,10 @@ CALLS_PER_QUESTION = 2
 
 def run(concurrency: int, n: int, url: str, server_pid: int, retriever, method: str,
         transport: str = "aiohttp") -> dict:
-    from agentrl.corpus import load_qa
-    from agentrl.envs.search import LocalSearch
-    from agentrl.policies.endpoint import EndpointConfig, EndpointPolicy
-    from agentrl.runner import RunConfig, run_batch
-    from agentrl.tasks import search_task
+    from agentrl.data.corpus import load_qa
+    from agentrl.envs.search.env import LocalSearch, search_task
+    from agentrl.rollout.endpoint import EndpointConfig, EndpointPolicy
+    from agentrl.rollout.runner import RunConfig, run_batch
 
     base = load_qa(ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl")
     rows = [{**base[i % len(base)], "id": f"b{i}"} for i in range(n)]
@@ -77,13 +76,13 @@ def captured_question(url: str, question: str) -> list[bytes]:
 
 def bare_client(url: str, bodies: list[bytes], n: int, concurrency: int, server_pid: int) -> dict:
     """The ceiling: ``concurrency`` workers, each question the same requests in order over one aiohttp session,
-    reply bodies parsed as JSON, nothing else, on the event loop the harness runs on (agentrl.aio: uvloop where
+    reply bodies parsed as JSON, nothing else, on the event loop the harness runs on (agentrl.core.aio: uvloop where
     installed). Returns questions/s, requests/s and CPU per question."""
     import asyncio
 
     import aiohttp
 
-    from agentrl.aio import run_sync
+    from agentrl.core.aio import run_sync
 
     async def go():
         left = iter(range(n))
@@ -115,16 +114,16 @@ def main() -> None:
     ap.add_argument("--index", help="index directory (default: the demo preset's sample index)")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from agentrl.config import load_preset
-    from agentrl.pipeline import corpus_and_index
+    from agentrl.core.config import load_preset
+    from agentrl.data.pipeline import corpus_and_index
     from agentrl.retrieval import Retriever
 
     index = Path(args.index) if args.index else corpus_and_index(load_preset("demo"), runs=ROOT / "runs").index_dir
     retriever = Retriever.load(index)
     retriever.search_batch(["warm up"], 3, "bm25" if args.no_hybrid else "hybrid")
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "agentrl.scripted_endpoint", "--port", str(port), "--latency",
-                               str(LATENCY)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "scripted_endpoint.py"), "--port", str(port),
+                               "--latency", str(LATENCY)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     transports = args.transports.split(",")
     levels = [int(c) for c in args.concurrency.split(",")]
     top = max(levels)
@@ -187,7 +186,7 @@ def main() -> None:
 
 def retriever_question() -> str:
     """Return the question of the first benchmark row (its requests are the ceiling's)."""
-    from agentrl.corpus import load_qa
+    from agentrl.data.corpus import load_qa
 
     return load_qa(ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl")[0]["question"]
 

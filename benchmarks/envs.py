@@ -21,8 +21,8 @@ import time
 
 def oracle_rate(env: str, n: int) -> tuple[float, float]:
     """Return ``(episodes per second, mean success)`` of the env's oracle on ``n`` evaluation items."""
-    from agentrl.evaluate import build_policy, build_task, eval_config, load_rows
-    from agentrl.runner import RunConfig, run_batch
+    from agentrl.rollout.evaluate import build_policy, build_task, eval_config, load_rows
+    from agentrl.rollout.runner import RunConfig, run_batch
 
     cfg = eval_config({}, env=env, policy="oracle", limit=n)
     task = build_task(cfg)
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=30, help="sandbox calls per measurement")
     args = ap.parse_args(argv)
 
-    from agentrl.sandbox import SandboxLimits, isolation, run_python
+    from agentrl.envs.code.sandbox import SandboxLimits, isolation, run_python
 
     print(f"{'environment':<10} {'items':>6} {'episodes/s':>11} {'oracle success':>15}")
     for env, n in (("textgame", args.games), ("math", args.math), ("code", args.code)):

@@ -49,9 +49,9 @@ class Timers(dict):
 
 def ensure_inputs() -> dict:
     """Return the demo preset, building the phases GRPO starts from if they are missing."""
-    from agentrl.config import load_preset
-    from agentrl.demo import demo_data, demo_eval, demo_sft
-    from agentrl.pipeline import corpus_and_index
+    from agentrl.app.demo import demo_data, demo_eval, demo_sft
+    from agentrl.core.config import load_preset
+    from agentrl.data.pipeline import corpus_and_index
 
     preset = load_preset("demo")
     if not (ROOT / "runs" / "sft" / "sft_demo" / "adapter" / "adapter_config.json").exists():
@@ -74,7 +74,7 @@ def main() -> None:
     preset = ensure_inputs()
     from transformers import TrainerCallback
 
-    from agentrl.envs.search import LocalSearch
+    from agentrl.envs.search.env import LocalSearch
     from agentrl.train import grpo
     from agentrl.train.models import load_for_training
 

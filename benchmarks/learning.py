@@ -68,7 +68,7 @@ def evaluate(preset: dict, env: str, rows: list[dict], adapter: str | None, name
              max_new_tokens: int, max_turns: int | None = None, batch: int | None = None) -> dict:
     """Run the batched local policy (base model + ``adapter``) on ``rows``; return the table row (with the
     evaluation's wall time). ``batch`` sets both the concurrent episodes and the prompts per generate call."""
-    from agentrl.evaluate import eval_config, run_eval
+    from agentrl.rollout.evaluate import eval_config, run_eval
 
     extra = {"qa": "data/samples/dbbench_dev.jsonl"} if env == "sql" else {}
     cfg = eval_config(preset, name=name, env=env, policy="local", adapter=adapter, max_turns=max_turns, **extra)
@@ -82,8 +82,8 @@ def evaluate(preset: dict, env: str, rows: list[dict], adapter: str | None, name
 
 def heldout(preset: dict, n_search: int, n_sql: int) -> dict[str, list[dict]]:
     """Return the held-out rows: the last HotpotQA questions after the training slice and DB Bench dev tasks."""
-    from agentrl.envs.sql import load_dbbench
-    from agentrl.evaluate import eval_config, load_rows
+    from agentrl.envs.sql.dbbench import load_dbbench
+    from agentrl.rollout.evaluate import eval_config, load_rows
 
     start = preset["demo"]["train_questions"]
     search = load_rows(eval_config(preset, offset=start, limit=n_search), preset)
@@ -95,7 +95,7 @@ def heldout(preset: dict, n_search: int, n_sql: int) -> dict[str, list[dict]]:
 def oracle(preset: dict, runs: Path, name: str, rows: list[dict] | None = None, **overrides) -> dict:
     """Run the oracle policy (``[eval]`` with ``overrides``, on ``rows`` when given) into ``runs/eval/<name>``;
     return its metrics."""
-    from agentrl.evaluate import eval_config, run_eval
+    from agentrl.rollout.evaluate import eval_config, run_eval
 
     return run_eval(eval_config(preset, name=name, policy="oracle", **overrides), preset, runs=runs, rows=rows,
                     overwrite=True)
@@ -104,8 +104,8 @@ def oracle(preset: dict, runs: Path, name: str, rows: list[dict] | None = None, 
 def curate_export(preset: dict, runs: Path, names: list[str], **overrides) -> tuple[Path, dict]:
     """Curate the oracle runs ``names`` with ``[data]`` (plus ``overrides``) and export them; return the data
     directory and the curation report."""
-    from agentrl.curate import curate, data_config
-    from agentrl.export import FORMATS, export
+    from agentrl.data.curate import curate, data_config
+    from agentrl.data.export import FORMATS, export
 
     cfg = data_config(preset, **overrides)
     data = runs / "data" / cfg.name
@@ -131,9 +131,9 @@ def env_rows(sizes: dict, smoke: bool) -> dict[str, dict[str, list[dict]]]:
     Text game: train-fold twc seeds 0.. and dev-fold seeds 0.. (the game generator keeps folds disjoint).
     Math: held out, the first problems of the env's fixed evaluation slice (GSM8K's last 200 training
     problems); train, ``sizes["math_train"]`` without any problem of that slice (by normalised question)."""
-    from agentrl.curate import question_key
-    from agentrl.envs.math import load_gsm8k
-    from agentrl.envs.textgame import textgame_tasks
+    from agentrl.data.curate import question_key
+    from agentrl.envs.math.env import load_gsm8k
+    from agentrl.envs.textgame.env import textgame_tasks
 
     n = {"tg_train": 6, "tg_held": 2, "math_train": 12, "math_held": 3} if smoke else {
         "tg_train": sizes["textgame_train_games"], "tg_held": sizes["textgame_heldout_games"],
@@ -329,7 +329,7 @@ class Phases(dict):
 
 def search_sql(args, preset: dict, out: Path, timed: Phases) -> dict:
     """Run base -> SFT -> GRPO for search and SQL; return the result's table, held-out ids and targets."""
-    from agentrl.pipeline import corpus_and_index
+    from agentrl.data.pipeline import corpus_and_index
 
     runs = out / "runs"  # every phase's run directories, apart from other presets'
     n_search, n_sql = (4, 3) if args.smoke else (preset["demo"]["heldout_questions"],
@@ -418,9 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(key, "1")
     os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")
-    from agentrl.config import load_preset
-    from agentrl.io import write_json, write_text_atomic
-    from agentrl.smol import ensure_model
+    from agentrl.core.config import load_preset
+    from agentrl.core.io import write_json, write_text_atomic
+    from agentrl.train.smol import ensure_model
 
     preset = load_preset(args.config)
     stem = "learning_envs" if args.envs else "learning"

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(preset: dict, model, tok, rows: list[dict], max_batch: int, max_new_tokens: int, out: Path) -> dict:
     """Run the episodes with one batching setting; return its throughput figures."""
-    from agentrl.evaluate import eval_config, run_eval
-    from agentrl.io import iter_jsonl
-    from agentrl.policies.local import LocalConfig, LocalPolicy
+    from agentrl.core.io import iter_jsonl
+    from agentrl.rollout.evaluate import eval_config, run_eval
+    from agentrl.rollout.local import LocalConfig, LocalPolicy
 
     cfg = eval_config(preset, name=f"batch{max_batch}", policy="local", concurrency=len(rows))
     cfg.run.progress = False
@@ -53,12 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.chdir(ROOT)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from agentrl.config import load_preset
-    from agentrl.evaluate import eval_config, load_rows
-    from agentrl.io import write_json
-    from agentrl.models import load_inference_model
-    from agentrl.pipeline import corpus_and_index
-    from agentrl.smol import ensure_model
+    from agentrl.core.config import load_preset
+    from agentrl.core.io import write_json
+    from agentrl.data.pipeline import corpus_and_index
+    from agentrl.rollout.evaluate import eval_config, load_rows
+    from agentrl.rollout.local import load_inference_model
+    from agentrl.train.smol import ensure_model
 
     preset = load_preset(args.config)
     corpus_and_index(preset, progress=False)

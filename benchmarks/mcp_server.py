@@ -233,9 +233,9 @@ def main() -> None:
         uvicorn.run(bare_app(args.index), host="127.0.0.1", port=args.serve_bare, log_level="warning",
                     access_log=False)
         return
-    from agentrl.config import load_preset
-    from agentrl.corpus import load_qa
-    from agentrl.pipeline import corpus_and_index
+    from agentrl.core.config import load_preset
+    from agentrl.data.corpus import load_qa
+    from agentrl.data.pipeline import corpus_and_index
 
     index = Path(args.index) if args.index else corpus_and_index(load_preset("demo"), runs=ROOT / "runs").index_dir
     queries = [r["question"] for r in load_qa(SAMPLE)]

@@ -41,8 +41,8 @@ SAMPLE = ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl"
 
 def sample_index() -> Path:
     """Return the demo preset's sample index, building it (about a minute of embedding) if needed."""
-    from agentrl.config import load_preset
-    from agentrl.pipeline import corpus_and_index
+    from agentrl.core.config import load_preset
+    from agentrl.data.pipeline import corpus_and_index
 
     return corpus_and_index(load_preset("demo"), runs=ROOT / "runs", progress=False).index_dir
 
@@ -55,9 +55,9 @@ def bench_distinct(index_dir: Path, chunk_size: int = 64) -> dict:
     a document (same title)."""
     import tempfile
 
-    from agentrl.corpus import Chunker, chunk_documents, documents_from_contexts, embedder_tokenizer, load_qa
+    from agentrl.data.corpus import Chunker, chunk_documents, documents_from_contexts, embedder_tokenizer, load_qa
     from agentrl.retrieval import Retriever, build_index
-    from agentrl.retrieval_eval import evaluate_retrieval
+    from agentrl.retrieval.evaluate import evaluate_retrieval
 
     rows = load_qa(SAMPLE)
     out: dict = {}
@@ -82,10 +82,10 @@ def bench_distinct(index_dir: Path, chunk_size: int = 64) -> dict:
 
 
 def bench_quality(index_dir: Path) -> dict:
-    from agentrl.corpus import gold_titles, load_qa
+    from agentrl.data.corpus import gold_titles, load_qa
     from agentrl.retrieval import BM25Config, Retriever, rrf
     from agentrl.retrieval.bm25 import tokenize
-    from agentrl.retrieval_eval import evaluate_retrieval, question_metrics
+    from agentrl.retrieval.evaluate import evaluate_retrieval, question_metrics
 
     retriever = Retriever.load(index_dir)
     rows = load_qa(SAMPLE)
@@ -288,7 +288,7 @@ def bench_mcp(index_dir: Path, clients: int = 50, calls: int = 100) -> dict:
                     break
             time.sleep(0.2)
         url = f"http://127.0.0.1:{port}/mcp"
-        from agentrl.corpus import load_qa
+        from agentrl.data.corpus import load_qa
 
         questions = [r["question"] for r in load_qa(SAMPLE)]
         latencies: list[float] = []

@@ -36,17 +36,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
-from agentrl.envs.sql import SQLEnv, build_database, load_dbbench, mysql_to_sqlite, oracle_plan, quote, sql_score  # noqa: E402
+from agentrl.envs.sql.dbbench import load_dbbench  # noqa: E402
+from agentrl.envs.sql.env import SQLEnv, sql_score  # noqa: E402
+from agentrl.envs.sql.lex import mysql_to_sqlite  # noqa: E402
+from agentrl.envs.sql.oracle import oracle_plan  # noqa: E402
+from agentrl.envs.sql.sandbox import build_database, quote  # noqa: E402
 
 ROUNDS = 5
 
 
 def oracle_episode(task: dict, scoring: str, backend: str) -> float | None:
     """Run the oracle's plan in a fresh env and return its headline em (None when the backend refuses the task)."""
-    from agentrl.io import DataError
+    from agentrl.core.io import DataError
 
     if backend == "mariadb":
-        from agentrl.envs import mariadb
+        from agentrl.envs.sql import mariadb
 
         env, plan_fn = mariadb.MariaDBEnv(scoring=scoring), mariadb.oracle_plan
     else:
@@ -75,9 +79,9 @@ def bare_sqlite_episode(task: dict) -> None:
 
 def bare_mariadb_episode(task: dict, n: int) -> None:
     """The MariaDB baseline: the admin creates a database with the table, runs the gold, reads the table, drops it."""
-    from agentrl.envs import mariadb
+    from agentrl.envs.sql import mariadb_server
 
-    server = mariadb.shared_server()
+    server = mariadb_server.shared_server()
     meta = task["metadata"]
     database = f"bare_{n}"
     try:
@@ -86,7 +90,7 @@ def bare_mariadb_episode(task: dict, n: int) -> None:
         return
     with contextlib.suppress(Exception):
         server.admin([meta["sql"]], database=database)
-    server.admin([f"SELECT * FROM {mariadb.backtick(meta['table']['table_name'])}",
+    server.admin([f"SELECT * FROM {mariadb_server.backtick(meta['table']['table_name'])}",
                   f"DROP DATABASE {database}"], database=database)
 
 
@@ -95,10 +99,10 @@ def measure(backend: str) -> dict:
     tasks = load_dbbench(ROOT / "data" / "samples" / "dbbench_dev.jsonl")
     out: dict = {"backend": backend, "tasks": len(tasks)}
     if backend == "mariadb":
-        from agentrl.envs import mariadb
+        from agentrl.envs.sql import mariadb_server
 
         start = time.perf_counter()
-        server = mariadb.shared_server()
+        server = mariadb_server.shared_server()
         out["server_start_s"] = round(time.perf_counter() - start, 2)
     start = time.perf_counter()
     for r in range(ROUNDS):
@@ -142,13 +146,13 @@ def report(out: dict) -> None:
 def gold_check(path: str, backend: str) -> dict:
     """Return how many modify tasks of ``path`` have a gold statement whose effect on ``backend`` has AgentBench's
     hash equal to the task's ``answer_md5``, and the others with the statement's reply."""
-    from agentrl.io import DataError
+    from agentrl.core.io import DataError
 
     tasks = [t for t in load_dbbench(path) if t["metadata"]["kind"] == "modify"]
     failed = {}
     for t in tasks:
         if backend == "mariadb":
-            from agentrl.envs import mariadb
+            from agentrl.envs.sql import mariadb
 
             env = mariadb.MariaDBEnv()
         else:

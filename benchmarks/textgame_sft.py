@@ -22,13 +22,13 @@ from pathlib import Path
 def learn(root: Path, games: int = 40, steps: int = 150, check: int = 4) -> dict:
     """Run oracle play → curation → export → LoRA SFT of the tiny model under ``root``; return the SFT metrics
     (``check`` holds the base and SFT inference checks on dev-fold games, ``loss`` the logged losses)."""
-    from agentrl.curate import CurateConfig, curate
-    from agentrl.evaluate import EvalConfig, run_eval
-    from agentrl.export import export
-    from agentrl.runner import RunConfig
-    from agentrl.tiny import build_tiny_model
+    from agentrl.data.curate import CurateConfig, curate
+    from agentrl.data.export import export
+    from agentrl.rollout.evaluate import EvalConfig, run_eval
+    from agentrl.rollout.runner import RunConfig
     from agentrl.train.models import LoraSettings, ModelConfig
     from agentrl.train.sft import SFTSettings, run_sft
+    from agentrl.train.tiny import build_tiny_model
 
     tiny = build_tiny_model(root / "tiny", data_dir=Path(__file__).resolve().parents[1] / "data" / "samples")
     cfg = EvalConfig(name="tg_oracle", env="textgame", qa="train", limit=games, policy="oracle",

@@ -63,8 +63,8 @@ def synthetic(path: Path, n: int, seed: int = 0) -> int:
 
 
 def polars_stats(path: str) -> dict:
-    from agentrl.stats import compute_stats
-    from agentrl.trajectories import trajectory_frame
+    from agentrl.data.stats import compute_stats
+    from agentrl.data.trajectories import trajectory_frame
 
     return compute_stats(trajectory_frame([path]))
 

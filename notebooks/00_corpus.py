@@ -7,10 +7,10 @@ with app.setup:
     import marimo as mo
     import polars as pl
 
-    from agentrl import notebook as nb
-    from agentrl.pipeline import corpus_and_index, corpus_paths, eval_qa_path
+    from agentrl.app import notebook as nb
+    from agentrl.data.pipeline import corpus_and_index, corpus_paths, eval_qa_path
     from agentrl.retrieval import Retriever
-    from agentrl.retrieval_eval import recall_chart, results_table, run_retrieval_eval
+    from agentrl.retrieval.evaluate import recall_chart, results_table, run_retrieval_eval
 
     nb.use_repo_root()
 

@@ -9,10 +9,10 @@ with app.setup:
 
     import marimo as mo
 
-    from agentrl import notebook as nb
-    from agentrl.evaluate import build_task, eval_config, run_eval
-    from agentrl.io import read_json, read_jsonl
-    from agentrl.viewer import chat_markdown, metric_by_type_chart, trajectories_frame
+    from agentrl.app import notebook as nb
+    from agentrl.app.viewer import chat_markdown, metric_by_type_chart, trajectories_frame
+    from agentrl.core.io import read_json, read_jsonl
+    from agentrl.rollout.evaluate import build_task, eval_config, run_eval
 
     nb.use_repo_root()
 
@@ -43,8 +43,7 @@ def _():
     defaults = preset.get("eval", {})
     # the demo keeps its last questions out of the oracle run: they are the SFT check's held-out set
     default_limit = defaults.get("limit") or (preset.get("demo") or {}).get("train_questions") or 200
-    env = mo.ui.dropdown(["search", "sql", "textgame", "math", "code"],
-                         value=nb.arg(args, "env", defaults.get("env", "search")), label="environment")
+    env = nb.env_dropdown(args, default=defaults.get("env"))
     policy = mo.ui.dropdown(["oracle", "endpoint", "local"],
                             value=nb.arg(args, "policy", defaults.get("policy", "oracle")), label="policy")
     base_url = mo.ui.text(value=nb.arg(args, "base_url", ""), label="base URL", placeholder="http://localhost:8000/v1")
@@ -78,9 +77,9 @@ def _(args, base_url, env, extra_body, limit, local_model, max_tokens, model, na
         _note = (f"No server answers at `{cfg.endpoint.base_url}`. To evaluate a served model, start it first: "
                  f"`{nb.serve_command(cfg.endpoint.model)}`, then run this notebook again")
         if "policy" not in args:  # the preset's default: go on with the oracle, whose runs phase 02 curates
-            _search = cfg.env == "search"
-            cfg = nb.oracle_config(preset, env=cfg.env, name=None if _search else f"{cfg.env}_oracle",
-                                   limit=None if _search else cfg.limit)
+            _pipeline = cfg.env == nb.default_env()  # the corpus -> SFT pipeline's own oracle run
+            cfg = nb.oracle_config(preset, env=cfg.env, name=None if _pipeline else f"{cfg.env}_oracle",
+                                   limit=None if _pipeline else cfg.limit)
             _note += f". Meanwhile this runs the **oracle** (gold evidence through the real tools) as `{cfg.name}`."
     print(_note or f"evaluating {cfg.policy} as {cfg.name}")
     if _note and "policy" in args:

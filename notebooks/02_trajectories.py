@@ -9,12 +9,12 @@ with app.setup:
     import marimo as mo
     import polars as pl
 
-    from agentrl import notebook as nb
-    from agentrl.curate import data_config
-    from agentrl.export import FORMATS
-    from agentrl.stats import charts, compute_stats, stats_markdown
-    from agentrl.trajectories import read_trajectory, trajectory_frame
-    from agentrl.viewer import chat_markdown
+    from agentrl.app import notebook as nb
+    from agentrl.app.viewer import chat_markdown
+    from agentrl.data.curate import data_config
+    from agentrl.data.export import FORMATS
+    from agentrl.data.stats import charts, compute_stats, stats_markdown
+    from agentrl.data.trajectories import read_trajectory, trajectory_frame
 
     nb.use_repo_root()
 
@@ -40,7 +40,7 @@ def _():
 def _():
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
-    # --env search|sql|textgame|math|code preselects the environment whose runs are shown
+    # --env NAME (a registered environment, or path/to/my_env.py) preselects the environment whose runs are shown
     env_pick = nb.env_dropdown(args)
     mo.vstack([mo.md(which), env_pick])
     return args, env_pick, preset
@@ -51,11 +51,11 @@ def _(args, env_pick, preset):
     # search: the preset's own runs (and the demo's untrained model, for the statistics); another env: its oracle
     # run (notebook 01 / agentrl demo). --runs replaces them for the environment it was given with
     _env = env_pick.value
-    _given = nb.arg(args, "runs", None) if _env == nb.arg(args, "env", "search") else None
+    _given = nb.arg(args, "runs", None) if _env == nb.arg(args, "env", nb.default_env()) else None
     _inputs = nb.phase_inputs(preset, "data", env=_env) if not _given else nb.Inputs()
     if _given:
         _default = str(_given).split(",")
-    elif _env == "search":
+    elif _env == nb.default_env():
         _default = [*nb.existing_runs(preset), "runs/eval/tiny_base"]
     else:
         _default = [f"runs/eval/{_env}_oracle"]

@@ -10,10 +10,10 @@ with app.setup:
     import marimo as mo
     import polars as pl
 
-    from agentrl import notebook as nb
-    from agentrl.io import read_jsonl
+    from agentrl.app import notebook as nb
+    from agentrl.app.viewer import chat_markdown
+    from agentrl.core.io import read_jsonl
     from agentrl.train import sft
-    from agentrl.viewer import chat_markdown
 
     nb.use_repo_root()
 

@@ -7,10 +7,10 @@ with app.setup:
     import marimo as mo
     import polars as pl
 
-    from agentrl import notebook as nb
+    from agentrl.app import notebook as nb
+    from agentrl.app.viewer import chat_markdown
     from agentrl.envs.base import tool_methods
     from agentrl.train import grpo
-    from agentrl.viewer import chat_markdown
 
     nb.use_repo_root()
 
@@ -39,7 +39,7 @@ def _():
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
     # --env search|sql|textgame|math|code|mixed preselects the task family (mixed: the preset's mixture)
-    env_pick = nb.env_dropdown(args, (*nb.ENVS, "mixed"), default=grpo.grpo_config(preset).env)
+    env_pick = nb.env_dropdown(args, nb.env_choices(evaluable=None), default=grpo.grpo_config(preset).env)
     model_pick = nb.model_dropdown(args)
     mo.vstack([mo.md(which), mo.hstack([env_pick, model_pick])])
     return args, env_pick, model_pick, preset, which
@@ -114,7 +114,7 @@ def _(result):
 def _(result):
     evals = pl.DataFrame(result.metrics.get("evals") or [])
     last = result.out / "eval" / f"step_{result.metrics['steps']}" / "trajectories.jsonl"
-    from agentrl.io import read_jsonl
+    from agentrl.core.io import read_jsonl
 
     example = read_jsonl(last)[0] if last.exists() else None
     mo.vstack([mo.md("## 5 · Evaluation of the current policy on held-out questions"), evals,

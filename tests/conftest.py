@@ -17,6 +17,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 HOTPOT = ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl"
+SCRIPTED = ROOT / "tests" / "scripted_endpoint.py"  # a scripted OpenAI-compatible server (a test fixture)
 DBBENCH = ROOT / "data" / "samples" / "dbbench_dev.jsonl"
 
 
@@ -34,7 +35,7 @@ def running(names: set[str]) -> list[str]:
 
 @pytest.fixture(scope="session")
 def hotpot_rows():
-    from agentrl.corpus import load_qa
+    from agentrl.data.corpus import load_qa
 
     return load_qa(HOTPOT)
 
@@ -49,7 +50,7 @@ def embedder():
 @pytest.fixture(scope="session")
 def small_index(tmp_path_factory, hotpot_rows, embedder) -> Path:
     """A hybrid index over the contexts of the first 24 sample questions (about 240 passages)."""
-    from agentrl.corpus import Chunker, chunk_documents, documents_from_contexts
+    from agentrl.data.corpus import Chunker, chunk_documents, documents_from_contexts
     from agentrl.retrieval import build_index
 
     docs = documents_from_contexts(hotpot_rows[:24])
@@ -70,6 +71,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def said(tool, *args, **kwargs) -> str:
+    """Return what the model reads from a direct call of an environment's tool: its result, or the message of its
+    refusal (a ToolError: a limit reached, a failed statement)."""
+    from agentrl.envs.base import ToolError
+
+    try:
+        return tool(*args, **kwargs)
+    except ToolError as exc:
+        return str(exc)
 
 
 def start_process(cmd: list[str], port: int, timeout: float = 120) -> subprocess.Popen:
@@ -97,9 +109,9 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="session")
 def endpoint_url():
-    """A real scripted OpenAI-compatible server process on loopback (agentrl.scripted_endpoint)."""
+    """A real scripted OpenAI-compatible server process on loopback (tests/scripted_endpoint.py)."""
     port = free_port()
-    proc = start_process([sys.executable, "-m", "agentrl.scripted_endpoint", "--port", str(port)], port)
+    proc = start_process([sys.executable, str(SCRIPTED), "--port", str(port)], port)
     yield f"http://127.0.0.1:{port}/v1"
     stop_process(proc)
 
@@ -123,7 +135,7 @@ def mcp_url(small_index):
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """The tiny offline model (tokenizer + random Qwen3), built once per session."""
-    from agentrl.tiny import build_tiny_model
+    from agentrl.train.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", data_dir=ROOT / "data" / "samples")
 
@@ -138,10 +150,10 @@ def check_preset(small_index) -> dict:
 @pytest.fixture(scope="session")
 def sft_data(tmp_path_factory, small_index):
     """Oracle demonstrations for the first 60 questions, curated and exported (phases 01-02, for real)."""
-    from agentrl.curate import CurateConfig, curate
-    from agentrl.evaluate import EvalConfig, run_eval
-    from agentrl.export import export
-    from agentrl.runner import RunConfig
+    from agentrl.data.curate import CurateConfig, curate
+    from agentrl.data.export import export
+    from agentrl.rollout.evaluate import EvalConfig, run_eval
+    from agentrl.rollout.runner import RunConfig
 
     root = tmp_path_factory.mktemp("sftdata")
     cfg = EvalConfig(name="oracle", qa=str(HOTPOT), limit=60, index=str(small_index), policy="oracle", top_k=3,

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from agentrl.config import REPO_ROOT, load_preset
+from agentrl.core.config import REPO_ROOT, load_preset
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")), *sorted((REPO_ROOT / "configs").glob("*"))]
 USED = sorted({m for d in DOCS if d.is_file()
@@ -100,7 +100,7 @@ def test_under_accelerate_the_detected_cards_single_gpu_tables_are_not_applied(n
     import os
 
     from agentrl.cli import _preset, build_parser
-    from agentrl.io import DataError
+    from agentrl.core.io import DataError
     from agentrl.train.grpo import grpo_config
     from agentrl.train.models import check_fast_inference, choose_backend
 

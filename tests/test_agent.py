@@ -15,15 +15,14 @@ import uuid
 
 import pytest
 
-from agentrl.agent import extract_answer, run_episode
+from agentrl.core.chat import parse_hermes
+from agentrl.core.io import DataError, JsonlAppender, read_jsonl
 from agentrl.envs.base import call_tool, tool_schemas
-from agentrl.envs.search import LocalSearch, MCPSearch, SearchEnv, search_env_factory
-from agentrl.io import DataError, JsonlAppender, read_jsonl
-from agentrl.policies.base import parse_hermes
-from agentrl.policies.endpoint import EndpointConfig, EndpointPolicy
-from agentrl.policies.oracle import OraclePolicy
-from agentrl.runner import RunConfig, run_batch
-from agentrl.tasks import search_task
+from agentrl.envs.search.env import LocalSearch, MCPSearch, SearchEnv, search_env_factory, search_task
+from agentrl.rollout.agent import extract_answer, run_episode
+from agentrl.rollout.endpoint import EndpointConfig, EndpointPolicy
+from agentrl.rollout.oracle import OraclePolicy
+from agentrl.rollout.runner import RunConfig, run_batch
 
 
 def row(i, question, gold=("x",)):
@@ -204,7 +203,7 @@ def test_resume_skips_finished_questions_and_retries_errored_ones(endpoint_url, 
 
 
 def test_metrics_kept_during_a_resumed_run_equal_metrics_recomputed_from_its_file(endpoint_url, task, tmp_path):
-    from agentrl.runner import finalize
+    from agentrl.rollout.runner import finalize
 
     out, tag = tmp_path / "run", uuid.uuid4().hex
     rows = [row(0, "Ed Wood"), row(1, f"[[fail:503:9]] down {tag}"), row(2, "[[mode:bad_json]] Ed Wood"),
@@ -219,7 +218,7 @@ def test_metrics_kept_during_a_resumed_run_equal_metrics_recomputed_from_its_fil
 def test_the_heap_is_frozen_only_while_a_run_is_going(endpoint_url, task, tmp_path):
     import gc
 
-    from agentrl.runner import arun_batch
+    from agentrl.rollout.runner import arun_batch
 
     seen = []
 
@@ -302,11 +301,11 @@ def test_sigkill_mid_run_then_resume_keeps_every_id_exactly_once(endpoint_url, s
 
 
 def test_the_api_key_appears_in_no_file_written(tmp_path, small_index, transport):
-    from conftest import free_port, start_process, stop_process
+    from conftest import SCRIPTED, free_port, start_process, stop_process
 
     key = "sk-test-THIS-KEY-MUST-NEVER-BE-WRITTEN-1234"
     port = free_port()
-    proc = start_process([sys.executable, "-m", "agentrl.scripted_endpoint", "--port", str(port), "--api-key", key],
+    proc = start_process([sys.executable, str(SCRIPTED), "--port", str(port), "--api-key", key],
                          port)
     try:
         qa = tmp_path / "qa.jsonl"
@@ -341,11 +340,12 @@ def test_search_env_exposes_one_tool_with_the_transformers_schema(small_retrieve
     assert env.calls == 1 and env.golden_answers == ["a"]
 
 
-def test_search_env_enforces_its_search_budget(small_retriever):
+def test_search_env_enforces_its_search_budget_as_a_refusal_the_model_reads(small_retriever):
     env = SearchEnv(LocalSearch(small_retriever), top_k=1, max_searches=1)
     env.reset(question="q")
     asyncio.run(env.search("Ed Wood"))
-    assert asyncio.run(env.search("Tim Burton")).startswith("Search limit reached")
+    content, kind = asyncio.run(call_tool(env, "search", {"query": "Tim Burton"}))
+    assert content.startswith("Search limit reached") and kind == "tool_error"
 
 
 def test_remote_search_env_queries_a_real_mcp_server(mcp_url, small_retriever):
@@ -365,7 +365,7 @@ def test_oracle_demonstrations_search_the_gold_titles_then_answer(task, hotpot_r
 
 
 def test_local_model_policy_runs_an_episode_without_crashing(tiny_model, task, hotpot_rows):
-    from agentrl.policies.local import LocalConfig, LocalPolicy
+    from agentrl.rollout.local import LocalConfig, LocalPolicy
 
     pol = LocalPolicy(LocalConfig(model=str(tiny_model), max_new_tokens=24))
     traj = asyncio.run(run_episode(pol, task, hotpot_rows[1], max_turns=2))
@@ -378,7 +378,7 @@ def test_trajectories_match_the_documented_schema(endpoint_url, task, tmp_path, 
 
     import jsonschema
 
-    schema = json.loads(files("agentrl").joinpath("trajectory.schema.json").read_text())
+    schema = json.loads(files("agentrl.data").joinpath("trajectory.schema.json").read_text())
     rows = [row(0, "Ed Wood"), row(1, "[[mode:bad_json]] x"), row(2, "[[fail:503:50]] down"),
             row(3, "[[mode:reasoning_only]] y")]
     run_batch(policy(endpoint_url, transport, max_retries=0), task, rows, tmp_path / "run", RunConfig(progress=False))
@@ -389,8 +389,8 @@ def test_trajectories_match_the_documented_schema(endpoint_url, task, tmp_path, 
 
 
 def test_eval_with_a_judge_adds_the_verdict_to_metrics(endpoint_url, small_index, tmp_path):
-    from agentrl.evaluate import EvalConfig, run_eval
-    from agentrl.judge import JudgeConfig
+    from agentrl.rollout.evaluate import EvalConfig, run_eval
+    from agentrl.rollout.judge import JudgeConfig
 
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps(row(0, "[[mode:answer:Tim Burton]] Who directed Ed Wood?", ["Tim Burton"])) + "\n"
@@ -414,8 +414,8 @@ def test_eval_with_a_judge_adds_the_verdict_to_metrics(endpoint_url, small_index
 
 
 def test_a_judge_with_a_wrong_model_stops_the_eval(endpoint_url, small_index, tmp_path):
-    from agentrl.evaluate import EvalConfig, run_eval
-    from agentrl.judge import JudgeConfig
+    from agentrl.rollout.evaluate import EvalConfig, run_eval
+    from agentrl.rollout.judge import JudgeConfig
 
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps(row(0, "[[mode:answer:Tim Burton]] Who directed Ed Wood?", ["Tim Burton"])) + "\n")
@@ -431,8 +431,7 @@ def test_a_judge_with_a_wrong_model_stops_the_eval(endpoint_url, small_index, tm
 
 
 def test_concurrent_local_episodes_share_generate_calls_and_match_one_at_a_time(tiny_model, task, hotpot_rows):
-    from agentrl.models import load_inference_model
-    from agentrl.policies.local import LocalConfig, LocalPolicy
+    from agentrl.rollout.local import LocalConfig, LocalPolicy, load_inference_model
 
     model, tok = load_inference_model(tiny_model)
 
@@ -452,7 +451,7 @@ def test_local_batcher_skips_a_cancelled_request_and_keeps_serving():
     import threading
     import time
 
-    from agentrl.policies.local import _Batcher
+    from agentrl.rollout.local import _Batcher
 
     gate = threading.Event()
 
@@ -476,7 +475,7 @@ def test_an_idle_batcher_lets_go_of_its_worker_and_the_policy_then_serves_again(
     import gc
     import weakref
 
-    from agentrl.policies.local import _Batcher
+    from agentrl.rollout.local import _Batcher
 
     class Model:
         def __call__(self, requests):
@@ -498,8 +497,7 @@ def test_an_idle_batcher_lets_go_of_its_worker_and_the_policy_then_serves_again(
 
 
 def test_search_episodes_report_whether_the_answer_was_in_the_passages_shown(small_retriever):
-    from agentrl.envs.search import LocalSearch, grounded
-    from agentrl.tasks import search_task
+    from agentrl.envs.search.env import LocalSearch, grounded, search_task
 
     task = search_task(LocalSearch(small_retriever), top_k=2, passage_chars=200)
     env = task.make_env()

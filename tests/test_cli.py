@@ -81,3 +81,13 @@ def test_the_installed_command_exits_non_zero_on_bad_input(argv):
     proc = subprocess.run([sys.executable, "-m", "agentrl.cli", *argv], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ")
+
+
+def test_bundled_data_is_found_from_any_working_directory(tmp_path):
+    """The default data of each environment (data/samples/...) and presets resolve from the repository, outputs go
+    to the working directory's runs/ (before: FileNotFoundError outside the checkout)."""
+    for env in ("math", "sql"):
+        r = subprocess.run([sys.executable, "-m", "agentrl.cli", "eval", "--env", env, "--policy", "oracle",
+                            "--limit", "2", "--name", env], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert json.loads((tmp_path / "runs" / "eval" / env / "metrics.json").read_text())["overall"]["em"] == 1.0

@@ -2,8 +2,10 @@
 
 import json
 
-from agentrl.envs.code import CodeEnv, humaneval_tasks
-from agentrl.rewards import code_pass, task_success
+from agentrl.envs.code.env import CodeEnv, humaneval_tasks
+from agentrl.rollout.rewards import reward_registry, task_success
+
+code_pass = reward_registry()["code_pass"]
 
 ROWS = humaneval_tasks()[:3]
 

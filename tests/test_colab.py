@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentrl import colab
-from agentrl.gpu_plan import GPU, parse_nvidia_smi
+from agentrl.train.gpu_plan import GPU, parse_nvidia_smi
 from conftest import ROOT
 
 T4_OLD = GPU("Tesla T4", "550.54.15", (7, 5), 15360)
@@ -242,7 +242,8 @@ def test_a_fresh_clone_exports_notebooks_whose_setup_cell_clones_the_origin_and_
     assert (bundle / "data" / "samples" / "hotpotqa_dev_200.jsonl").is_file()
     # the cell imports agentrl.colab from the wheel before anything is installed; on a GPU it installs the wheel
     # and the pins in one call
-    probe = (f"import sys; sys.path.insert(0, {str(wheel)!r}); from agentrl import colab, gpu_plan; "
+    probe = (f"import sys; sys.path.insert(0, {str(wheel)!r}); from agentrl import colab; "
+             "from agentrl.train import gpu_plan; "
              "g = gpu_plan.GPU('Tesla T4', '580.82.07', (7, 5), 15360); "
              f"print(colab.decide([g], have_agentrl=False, wheel={str(wheel)!r}).install)")
     got = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60)
@@ -259,6 +260,18 @@ def test_export_without_a_clone_url_names_the_variable(tmp_path, fresh_clone):
                           env={**env, "OUT_DIR": str(tmp_path / "o")}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "AGENTRL_GIT_URL" in proc.stderr and "--bundle" in proc.stderr
     assert not (tmp_path / "o" / "03_sft.ipynb").exists()
+
+
+def test_the_setup_cell_is_added_by_the_standard_library_alone(tmp_path):
+    """scripts/export_to_ipynb.sh runs `python -m agentrl.colab prepare` in a fresh clone before anything is installed:
+    with site-packages off (-S) it must still work (it once imported msgspec through agentrl's io module)."""
+    nb = tmp_path / "a.ipynb"
+    nb.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    proc = subprocess.run([sys.executable, "-S", "-m", "agentrl.colab", "prepare", str(nb), "--git-url",
+                           "https://github.com/example/agentrl.git"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "lib")})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(nb.read_text())["cells"][0]["metadata"] == {"agentrl": "setup"}
 
 
 def test_an_ssh_or_token_origin_is_exported_as_anonymous_https(tmp_path, fresh_clone):
@@ -313,11 +326,11 @@ def test_every_documented_vllm_serve_command_has_tool_calls_a_bounded_context_an
     36 GiB of KV cache for one request) and refuses to start when that does not fit, and limits LoRA rank to 16."""
     import shlex
 
-    from agentrl.notebook import serve_command
+    from agentrl.app.notebook import serve_command
 
     commands = {(path.relative_to(ROOT), c) for path in DOCUMENTED for c in _vllm_serve_commands(path.read_text())}
     assert {p.parts[0] for p, _ in commands} >= {"README.md", "docs", "scripts", "configs"}, commands
-    # the notebooks print the command of agentrl.notebook.serve_command (01: serve the model, 04: the adapter)
+    # the notebooks print the command of agentrl.app.notebook.serve_command (01: serve the model, 04: the adapter)
     for name in ("01_agent_eval", "04_grpo"):
         assert "nb.serve_command(" in (ROOT / "notebooks" / f"{name}.py").read_text()
     commands |= {(Path("lib/agentrl/notebook.py"), serve_command("Qwen/Qwen3-4B-Instruct-2507")),

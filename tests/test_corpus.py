@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from agentrl.corpus import (
+from agentrl.core.io import DataError, read_jsonl
+from agentrl.data.corpus import (
     Chunker,
     Document,
     build_corpus,
@@ -14,13 +15,12 @@ from agentrl.corpus import (
     load_qa,
     normalize_row,
 )
-from agentrl.io import DataError, read_jsonl
 from conftest import HOTPOT
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from agentrl.corpus import embedder_tokenizer
+    from agentrl.data.corpus import embedder_tokenizer
 
     return embedder_tokenizer("minilm")
 

@@ -27,15 +27,20 @@ def test_demo_runs_every_phase_and_reruns_cleanly(tmp_path):
                         ("code_oracle", "em", 6)):
         metrics = json.loads((tmp_path / "runs" / "eval" / run / "metrics.json").read_text())
         assert metrics["n"] == n and metrics["errors"] == 0 and metrics["overall"][key] == 1.0, (run, metrics)
+    lines = first.stdout.splitlines()
     for name in ("textgame", "math", "code"):
-        row = next(line for line in first.stdout.splitlines() if f"01 eval {name} " in line)
-        assert "oracle success 1," in row, row
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"01 eval {name} "))
+        assert "oracle success 1 " in lines[at + 1] + " ", lines[at:at + 2]
     for path in ("runs/corpus/hotpotqa_sample/index/index.json", "runs/eval/oracle/metrics.json",
                  "runs/eval/sql_oracle/metrics.json", "runs/eval/textgame_oracle/metrics.json",
                  "runs/eval/math_oracle/metrics.json", "runs/eval/code_oracle/metrics.json",
                  "runs/data/sft_demo/trl/train.jsonl",
                  "runs/sft/sft_demo/adapter/adapter_config.json", "runs/grpo/grpo_demo/metrics.json"):
         assert (tmp_path / path).exists(), path
+    # the summary says what the held-out questions say, rising or not
+    at = next(i for i, line in enumerate(lines) if line.startswith("04 grpo "))
+    assert "held-out f1 first→last eval" in lines[at + 1], lines[at:at + 2]
+    assert "held-out f1 base→sft" in next(lines[i + 1] for i, line in enumerate(lines) if line.startswith("03 sft "))
     again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "04 grpo" in again.stdout
@@ -80,5 +85,5 @@ def test_the_envs_presets_documented_commands_run_sft_and_grpo_on_every_new_env(
     for env_name, reward in (("textgame", "game_score"), ("math", "math_correct"), ("code", "code_pass"),
                              ("mixed", "task_success")):
         metrics = json.loads((tmp_path / "runs" / "grpo" / f"grpo_envs_{env_name}" / "metrics.json").read_text())
-        assert metrics["steps"] == 1 and metrics["reward_funcs"] == [reward, "format_reward"], metrics
+        assert metrics["steps"] == 1 and metrics["reward_funcs"] == [reward, "format"], metrics
         assert metrics["evals"][-1]["n"] == 1

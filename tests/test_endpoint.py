@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from agentrl.manifest import scrub, write_manifest
-from agentrl.policies.endpoint import (
+from agentrl.core.manifest import scrub, write_manifest
+from agentrl.rollout.endpoint import (
     EndpointConfig,
     EndpointPolicy,
     FatalEndpointError,
@@ -28,10 +28,10 @@ KEY = "sk-test-endpoint-key-0123456789"
 @pytest.fixture(scope="module")
 def keyed_url():
     """A scripted endpoint process that answers only requests bearing KEY (401 otherwise)."""
-    from conftest import free_port, start_process, stop_process
+    from conftest import SCRIPTED, free_port, start_process, stop_process
 
     port = free_port()
-    proc = start_process([sys.executable, "-m", "agentrl.scripted_endpoint", "--port", str(port), "--api-key", KEY],
+    proc = start_process([sys.executable, str(SCRIPTED), "--port", str(port), "--api-key", KEY],
                          port)
     yield f"http://127.0.0.1:{port}/v1"
     stop_process(proc)
@@ -99,7 +99,7 @@ def test_settings_come_from_a_dotenv_file_when_the_environment_has_none(keyed_ur
 
 
 def test_missing_settings_are_reported(clean_env):
-    from agentrl.io import DataError
+    from agentrl.core.io import DataError
 
     with pytest.raises(DataError, match="OPENAI_BASE_URL"):
         resolve_settings(EndpointConfig(model="m"))
@@ -138,7 +138,7 @@ def test_retry_after_zero_does_not_cancel_the_backoff(endpoint_url, transport):
 
 
 def test_the_retry_after_header_reaches_the_backoff(endpoint_url, transport, monkeypatch):
-    import agentrl.policies.endpoint as endpoint
+    import agentrl.rollout.endpoint as endpoint
 
     seen = []
     real = endpoint.backoff_delay
@@ -168,7 +168,7 @@ def test_both_transports_raise_the_same_error_for_the_same_reply(endpoint_url, k
 
 
 def test_an_unknown_transport_is_refused():
-    from agentrl.io import DataError
+    from agentrl.core.io import DataError
 
     with pytest.raises(DataError, match="unknown endpoint transport 'httpx'"):
         EndpointPolicy(EndpointConfig(base_url="http://127.0.0.1:1/v1", model="m", transport="httpx"))

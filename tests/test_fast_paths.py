@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentrl.aio import frozen_heap
-from agentrl.corpus import documents_from_contexts
-from agentrl.io import dumps, encode_line, loads
-from agentrl.metrics import normalize_answer
-from agentrl.policies.endpoint import request_body
+from agentrl.core.aio import frozen_heap
+from agentrl.core.io import dumps, encode_line, loads
+from agentrl.core.metrics import normalize_answer
+from agentrl.data.corpus import documents_from_contexts
 from agentrl.retrieval.bm25 import BM25Config, BM25Index, tokenize, top_positive
+from agentrl.rollout.endpoint import request_body
 from test_metrics import official_normalize_answer
 
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from agentrl.config import REPO_ROOT, load_preset
-from agentrl.gpu_plan import ARCHS, CARDS, GIB, apply_card, arch_for, card_for, plan_grpo, plan_sft, plans
+from agentrl.core.config import REPO_ROOT, load_preset
+from agentrl.train.gpu_plan import ARCHS, CARDS, GIB, apply_card, arch_for, card_for, plan_grpo, plan_sft, plans
 
 CPU_PRESETS = ("demo", "cpu_smol", "envs_demo")  # the tiny or the SmolLM2 model from runs/: no GPU plan
 GPU_PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml") if p.stem not in CPU_PRESETS)
@@ -125,7 +125,7 @@ def test_a_local_model_is_sized_from_its_config(tmp_path):
         "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 4000, "tie_word_embeddings": True}))
     a = arch_for(str(tmp_path))
     assert a.kv_bytes_per_token() == 2 * 2 * 2 * 32 * 2 and a.tied
-    from agentrl.io import DataError
+    from agentrl.core.io import DataError
 
     with pytest.raises(DataError, match="unknown model"):
         arch_for("someone/Mystery-3B")

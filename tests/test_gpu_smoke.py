@@ -63,7 +63,7 @@ def test_gpu_smoke_refuses_unknown_arguments():
 
 
 def test_gpu_smoke_preset_steps_match_what_the_script_checks():
-    from agentrl.config import load_preset
+    from agentrl.core.config import load_preset
     from agentrl.train.grpo import grpo_config
     from agentrl.train.sft import sft_config
 

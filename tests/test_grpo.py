@@ -7,10 +7,20 @@ import sys
 
 import pytest
 
-from agentrl.rewards import answer_em, answer_f1, format_reward, make_judge_reward, tool_use
+from agentrl.rollout.rewards import answer_em, answer_f1, format_reward, make_judge_reward, tool_use
 from agentrl.train.grpo import GRPOSettings, run_grpo
 from agentrl.train.models import ModelConfig
-from conftest import HOTPOT, check_preset, free_port, start_process, stop_process, train_grpo_capturing
+from conftest import (
+    DBBENCH,
+    HOTPOT,
+    SCRIPTED,
+    check_preset,
+    free_port,
+    run_cli_on_unsloth_cpu,
+    start_process,
+    stop_process,
+    train_grpo_capturing,
+)
 
 
 def settings(trained, tiny_model, **kw) -> GRPOSettings:
@@ -44,17 +54,65 @@ def test_reward_functions_on_hand_made_completions():
     assert answer_f1(None, ["plain <answer>tim burton</answer>"], golden_answers=[["Tim Burton"]]) == [1.0]
 
 
+def trl_episode(env, tool: str, args: dict) -> list[dict]:
+    """A completion as TRL 1.14's tool loop builds it: the call, str(result) or str({"error": str(exc)}), an answer."""
+    import asyncio
+    import inspect
+
+    try:
+        fn = getattr(env, tool)
+        content = str(asyncio.run(fn(**args)) if inspect.iscoroutinefunction(fn) else fn(**args))
+    except Exception as exc:  # noqa: BLE001 - as TRL does
+        content = str({"error": str(exc)})
+    return [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+             "name": tool, "arguments": args}}]}, {"role": "tool", "name": tool, "content": content},
+            {"role": "assistant", "content": "<answer>5</answer>"}]
+
+
+def test_the_same_mistake_scores_alike_in_every_environment_from_one_typed_signal():
+    """A call the tool refused or crashed on is well-formed (format 1.0) but no successful call (tool_use 0.0),
+    whether a calculator raised ValueError, a statement failed or the search budget was spent; a call to no tool is
+    malformed. Before one typed signal: format 0.5 / 1.0 / 1.0 and tool_use 0 / 1.0 / 1.0."""
+    import asyncio
+
+    from agentrl.envs.base import call_tool
+    from agentrl.envs.math import math_task
+    from agentrl.envs.search.env import search_task
+    from agentrl.envs.sql import sql_task
+    from agentrl.envs.sql.dbbench import load_dbbench
+
+    row = load_dbbench(DBBENCH)[0]
+    cases = [(math_task(), {}, "calculator", {"expression": "2 +"}),
+             (sql_task(), row, "execute_sql", {"query": "SELEC 1"}),
+             (search_task(None, max_searches=0), {"question": "q"}, "search", {"query": "Ed Wood"})]
+    for task, reset, tool, args in cases:
+        env = task.make_env()
+        env.reset(**reset)
+        completion = trl_episode(env, tool, args)
+        assert completion[1]["content"].startswith("{'error'"), completion
+        assert format_reward(None, [completion], environments=[env]) == [1.0], tool
+        assert tool_use(None, [completion], environments=[env]) == [0.0], tool
+        env.reset(**reset)  # our agent loop: the kind is on the message
+        content, kind = asyncio.run(call_tool(env, tool, args))
+        ours = [completion[0], {"role": "tool", "name": tool, "content": content, "error": kind}, completion[2]]
+        assert kind in ("tool_error", "tool_exception") and format_reward(None, [ours]) == [1.0], tool
+        assert tool_use(None, [ours]) == [0.0], tool
+        env.reset(**reset)
+        unknown = trl_episode(env, "no_such_tool", {})
+        assert format_reward(None, [unknown], environments=[env]) == [0.5], tool
+
+
 @pytest.fixture(scope="module")
 def empty_judge_url():
     port = free_port()
-    proc = start_process([sys.executable, "-m", "agentrl.scripted_endpoint", "--port", str(port), "--judge", "empty"],
+    proc = start_process([sys.executable, str(SCRIPTED), "--port", str(port), "--judge", "empty"],
                          port)
     yield f"http://127.0.0.1:{port}/v1"
     stop_process(proc)
 
 
 def test_judge_reward_retries_empty_replies_then_falls_back(empty_judge_url, tmp_path):
-    from agentrl.judge import JudgeConfig, LLMJudge
+    from agentrl.rollout.judge import JudgeConfig, LLMJudge
 
     judge = LLMJudge(JudgeConfig(model="j", base_url=empty_judge_url, api_key="EMPTY", retries=2,
                                  cache_dir=str(tmp_path)))
@@ -98,7 +156,7 @@ def test_run_writes_adapter_and_evaluates_the_current_policy(trained, tiny_model
     assert (out / "adapter" / "adapter_config.json").exists()
     metrics = json.loads((out / "metrics.json").read_text())
     assert [e["step"] for e in metrics["evals"]] == [1, 2]
-    assert {"rewards/answer_f1", "rewards/format_reward", "tools/call_frequency", "frac_reward_zero_std",
+    assert {"rewards/answer_f1", "rewards/format", "tools/call_frequency", "frac_reward_zero_std",
             "completions/mean_length"} <= set(metrics["history"][0])
     assert (out / "eval" / "step_2" / "trajectories.jsonl").exists()
     assert json.loads((out / "manifest.json").read_text())["phase"] == "grpo"
@@ -107,7 +165,7 @@ def test_run_writes_adapter_and_evaluates_the_current_policy(trained, tiny_model
 
 def test_a_judge_that_only_returns_empty_replies_does_not_stop_training(trained, tiny_model, small_index,
                                                                         empty_judge_url, tmp_path):
-    from agentrl.judge import JudgeConfig
+    from agentrl.rollout.judge import JudgeConfig
 
     cfg = settings(trained, tiny_model, name="judge", rewards={"judge": 1.0, "tool_use": 0.1},
                    judge=JudgeConfig(model="j", base_url=empty_judge_url, api_key="EMPTY", retries=1,
@@ -124,9 +182,6 @@ def test_unsloth_backend_runs_grpo_steps_with_tools_on_its_cpu_path(trained, tin
     """Unsloth's loader and LoRA (or the SFT adapter loaded through Unsloth) under GRPO with the search tool.
 
     A subprocess: importing unsloth patches trl and transformers for the whole process."""
-    import os
-    import subprocess
-
     adapter = f'adapter = "{trained.out / "adapter"}"\n' if from_adapter else ""
     preset = tmp_path / "u.toml"
     preset.write_text(f'[grpo]\nname = "u"\n{adapter}num_generations = 4\nbatch_size = 4\nmax_steps = 2\n'
@@ -135,12 +190,10 @@ def test_unsloth_backend_runs_grpo_steps_with_tools_on_its_cpu_path(trained, tin
                       f'[grpo.rewards]\nanswer_f1 = 1.0\ntool_use = 0.5\n'
                       f'[grpo.model]\nname = "{tiny_model}"\nbackend = "unsloth"\n'
                       f'[eval]\nindex = "{small_index}"\nqa = "{HOTPOT}"\n[eval.run]\nmax_turns = 3\n')
-    env = {**os.environ, "UNSLOTH_FORCE_CPU": "1", "UNSLOTH_AUTO_INSTALL": "0"}
-    proc = subprocess.run([sys.executable, "-m", "agentrl.cli", "grpo", "--config", str(preset)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_cli_on_unsloth_cpu(["grpo", "--config", str(preset)], tmp_path)
     out = tmp_path / "runs" / "grpo" / "u"
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["backend"] == "unsloth" and metrics["steps"] == 2
-    assert metrics["history"][-1]["tools/call_frequency"] >= 0 and metrics["evals"][-1]["n"] == 2
+    # logged only when the environment's tools were in the rollouts' loop
+    assert "tools/call_frequency" in metrics["history"][-1] and metrics["evals"][-1]["n"] == 2
     assert (out / "adapter" / "adapter_config.json").exists()

@@ -1,6 +1,6 @@
 """Hostile replies, queries and writers against real processes: the scripted endpoint, the MCP server, the CLI.
 
-The hostile-reply corpus (``agentrl.scripted_endpoint.HOSTILE``) is run in one batch; each kind has an expected
+The hostile-reply corpus (``scripted_endpoint.HOSTILE``) is run in one batch; each kind has an expected
 outcome below. No reply may crash the runner, lose an item, leak the key or leave a line that cannot be read.
 The endpoint tests run once per transport (``transport`` fixture: aiohttp and the openai SDK).
 """
@@ -16,13 +16,12 @@ import numpy as np
 import pytest
 
 from agentrl.cli import main
-from agentrl.envs.search import LocalSearch, SearchEnv
-from agentrl.io import DataError
-from agentrl.policies.endpoint import EndpointConfig, EndpointPolicy
-from agentrl.runner import RunConfig, RunLock, arun_batch, run_batch
-from agentrl.scripted_endpoint import HOSTILE
-from agentrl.tasks import search_task
-from conftest import free_port, start_process, stop_process
+from agentrl.core.io import DataError
+from agentrl.envs.search.env import LocalSearch, SearchEnv, search_task
+from agentrl.rollout.endpoint import EndpointConfig, EndpointPolicy
+from agentrl.rollout.runner import RunConfig, RunLock, arun_batch, run_batch
+from conftest import SCRIPTED, free_port, start_process, stop_process
+from scripted_endpoint import HOSTILE
 
 KEY = "sk-test-Zq81-very-secret-key"
 
@@ -63,7 +62,7 @@ def test_the_expectations_cover_every_hostile_kind():
 @pytest.fixture(scope="module")
 def keyed_endpoint():
     port = free_port()
-    proc = start_process([sys.executable, "-m", "agentrl.scripted_endpoint", "--port", str(port),
+    proc = start_process([sys.executable, str(SCRIPTED), "--port", str(port),
                           "--api-key", KEY], port)
     yield f"http://127.0.0.1:{port}/v1"
     stop_process(proc)
@@ -170,7 +169,7 @@ def test_eval_exits_non_zero_when_every_item_failed_and_names_the_error_kinds(ke
 def test_a_second_writer_on_the_same_run_stops_at_once_naming_the_holder(keyed_endpoint, small_retriever, tmp_path):
     out = tmp_path / "r"
     out.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom agentrl.runner import RunLock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom agentrl.rollout.runner import RunLock\n"
                                f"with RunLock({str(out)!r}):\n    print('locked', flush=True)\n    time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -194,7 +193,7 @@ def test_a_second_writer_is_told_the_run_is_held_even_when_the_file_exists_and_n
     task = search_task(LocalSearch(small_retriever), top_k=2)
     run_batch(_policy(keyed_endpoint, "aiohttp"), task, _rows(["content_parts"]), out, RunConfig(progress=False))
     before = (out / "trajectories.jsonl").read_bytes()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom agentrl.runner import RunLock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom agentrl.rollout.runner import RunLock\n"
                                f"with RunLock({str(out)!r}):\n    print('locked', flush=True)\n    time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -217,11 +216,11 @@ def test_a_second_writer_is_told_the_run_is_held_even_when_the_file_exists_and_n
 LIMITED_RUN = '''
 import asyncio, resource, sys
 from pathlib import Path
-from agentrl.envs.math import oracle_plan
-from agentrl.io import DataError
-from agentrl.policies.oracle import OraclePolicy
-from agentrl.runner import RunConfig, arun_batch
-from agentrl.tasks import math_task
+from agentrl.envs.math.env import oracle_plan
+from agentrl.core.io import DataError
+from agentrl.rollout.oracle import OraclePolicy
+from agentrl.rollout.runner import RunConfig, arun_batch
+from agentrl.envs.math import math_task
 
 out, secret, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 rows = [{"id": f"q{i}", "question": f"What is {i} + {i}? (ticket {secret})", "golden_answers": [str(2 * i)],
@@ -245,9 +244,9 @@ except DataError as exc:
 
 @pytest.mark.parametrize("mode", ["unserialisable", "serialisable"])
 def test_a_file_that_stops_taking_records_stops_the_run_cleanly_and_resume_finishes_it(tmp_path, mode):
-    from agentrl.envs.math import oracle_plan
-    from agentrl.policies.oracle import OraclePolicy
-    from agentrl.tasks import math_task
+    from agentrl.envs.math import math_task
+    from agentrl.envs.math.env import oracle_plan
+    from agentrl.rollout.oracle import OraclePolicy
 
     secret = "sk-run-Yy72-do-not-write"
     script, out = tmp_path / "limited_run.py", tmp_path / "run"
@@ -278,7 +277,7 @@ def test_a_line_the_disk_takes_only_part_of_is_cut_back_and_refused(tmp_path):
     # a file-size limit 10 bytes past the end: the kernel writes 10 bytes of the next line and reports success
     script = """
 import os, resource, sys
-from agentrl.io import JsonlAppender, read_jsonl
+from agentrl.core.io import JsonlAppender, read_jsonl
 path = sys.argv[1]
 with JsonlAppender(path) as out:
     out.write({"id": 1})
@@ -301,9 +300,9 @@ print("ids:", [r["id"] for r in read_jsonl(path)])
 
 
 def test_an_unserialisable_record_becomes_a_scrubbed_error_record_and_the_run_goes_on(tmp_path):
-    from agentrl.envs.math import oracle_plan
-    from agentrl.policies.oracle import OraclePolicy
-    from agentrl.tasks import math_task
+    from agentrl.envs.math import math_task
+    from agentrl.envs.math.env import oracle_plan
+    from agentrl.rollout.oracle import OraclePolicy
 
     secret = "sk-run-Qq19-do-not-write"
 
@@ -359,7 +358,7 @@ def test_search_command_prints_one_line_for_a_query_without_terms(small_index, c
 
 def test_the_search_tool_query_limit_comes_from_eval_and_grpo_config(keyed_endpoint, small_index, small_retriever,
                                                                       tmp_path):
-    from agentrl.evaluate import build_task, eval_config
+    from agentrl.rollout.evaluate import build_task, eval_config
     from agentrl.train import grpo
 
     async def search(task, query):

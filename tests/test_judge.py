@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
-from agentrl.judge import JudgeConfig, LLMJudge, parse_verdict
-from agentrl.policies.endpoint import FatalEndpointError
+from agentrl.rollout.endpoint import FatalEndpointError
+from agentrl.rollout.judge import JudgeConfig, LLMJudge, parse_verdict
 
 
 def judge(url, tmp_path, **kw):

@@ -5,12 +5,11 @@ import json
 import pytest
 
 from agentrl.cli import main
-from agentrl.corpus import context_paragraphs, evidence_layout, gold_titles, load_qa, normalize_row
-from agentrl.envs.search import SearchEnv
-from agentrl.io import DataError
-from agentrl.metrics import answer_metrics, gold_list
-from agentrl.policies.oracle import search_plan
-from agentrl.rewards import answer_em
+from agentrl.core.io import DataError
+from agentrl.core.metrics import answer_metrics, gold_list
+from agentrl.data.corpus import context_paragraphs, evidence_layout, gold_titles, load_qa, normalize_row
+from agentrl.envs.search.env import SearchEnv, search_plan
+from agentrl.rollout.rewards import answer_em
 from conftest import HOTPOT
 
 # one hand-made row per layout; each holds two paragraphs, "B" is the (only) supporting one
@@ -100,9 +99,9 @@ def test_rows_without_evidence_name_the_file_the_row_and_the_layouts(tmp_path, c
 
 
 def test_rows_in_an_unknown_layout_inside_a_valid_file_are_counted_and_named_in_a_warning(tmp_path, small_index):
-    from agentrl.corpus import build_corpus
+    from agentrl.data.corpus import build_corpus
     from agentrl.retrieval import Retriever
-    from agentrl.retrieval_eval import evaluate_retrieval
+    from agentrl.retrieval.evaluate import evaluate_retrieval
 
     unknown = {"question": "Q?", "golden_answers": ["a"], "metadata": {"evidence": [{"title": "T", "text": "t"}]}}
     rows = [LAYOUT_ROWS["musique"], {**unknown, "id": "u1"}, LAYOUT_ROWS["hotpotqa-flashrag"], {**unknown, "id": "u2"}]

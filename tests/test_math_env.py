@@ -5,10 +5,10 @@ import json
 
 import pytest
 
+from agentrl.core.io import DataError
 from agentrl.envs.base import call_tool
-from agentrl.envs.math import MathEnv, calculate, load_gsm8k, math_score, verify_answer
-from agentrl.io import DataError
-from agentrl.judge import JudgeConfig, LLMJudge
+from agentrl.envs.math.env import MathEnv, calculate, load_gsm8k, math_score, verify_answer
+from agentrl.rollout.judge import JudgeConfig, LLMJudge
 
 HELD_OUT = "data/samples/gsm8k_heldout_200.jsonl"
 
@@ -77,7 +77,7 @@ def test_a_thousands_separator_in_the_answer_still_verifies():
 
 
 def test_a_bare_string_gold_is_one_answer_for_the_score_and_the_oracle():
-    from agentrl.envs.math import oracle_plan
+    from agentrl.envs.math.env import oracle_plan
 
     assert math_score("7", {"golden_answers": "72"}, None)["correct"] == 0.0  # not "any of '7', '2'"
     assert math_score("72", {"golden_answers": "72"}, None)["correct"] == 1.0
@@ -87,7 +87,8 @@ def test_a_bare_string_gold_is_one_answer_for_the_score_and_the_oracle():
 
 
 def test_math_correct_rewards_a_verified_answer_and_nothing_outside_math(rows):
-    from agentrl.rewards import math_correct, task_success
+    from agentrl.rollout.rewards import reward_registry, task_success
+    math_correct = reward_registry()["math_correct"]
 
     env = MathEnv()
     env.reset(**rows[0])
@@ -101,9 +102,9 @@ def test_math_correct_rewards_a_verified_answer_and_nothing_outside_math(rows):
 
 
 def test_the_oracle_scores_one_on_the_held_out_slice_without_calculator_errors(rows, tmp_path):
-    from agentrl.policies.oracle import OraclePolicy
-    from agentrl.runner import RunConfig, run_batch
-    from agentrl.tasks import math_task
+    from agentrl.envs.math import math_task
+    from agentrl.rollout.oracle import OraclePolicy
+    from agentrl.rollout.runner import RunConfig, run_batch
 
     task = math_task()
     metrics = run_batch(OraclePolicy(task.oracle_plan), task, rows[:40], tmp_path, RunConfig(progress=False))

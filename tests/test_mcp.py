@@ -3,8 +3,8 @@
 import asyncio
 import sys
 
-from agentrl.mcp_server import build_server
 from agentrl.retrieval.batcher import BatchSearcher
+from agentrl.retrieval.mcp_server import build_server
 
 
 def _serve_cmd(index, *extra):
@@ -114,7 +114,7 @@ def test_in_process_server_reports_tool_errors_and_keeps_serving(small_retriever
 
 
 def test_remote_search_backend_shares_one_session_across_concurrent_episodes(mcp_url, small_retriever):
-    from agentrl.envs.search import LocalSearch, MCPSearch, SearchEnv
+    from agentrl.envs.search.env import LocalSearch, MCPSearch, SearchEnv
 
     backend = MCPSearch(mcp_url)
     queries = ["Tyler Bates composer", "Ed Wood film", "Scott Derrickson", "Doctor Strange"] * 10
@@ -210,7 +210,7 @@ def test_fast_path_writes_the_sdk_reply_byte_for_byte_and_leaves_every_other_req
     """Every request goes to the fast path and to the bare SDK app; their replies must be identical. The fast path
     answers only the well-formed search calls and hands the rest (refused arguments, other methods, bad headers
     or envelopes) to the SDK with the body replayed."""
-    from agentrl.mcp_server import http_app
+    from agentrl.retrieval.mcp_server import http_app
 
     fast = http_app(small_retriever, max_top_k=10)
     sdk = fast.app

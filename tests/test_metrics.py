@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from agentrl.metrics import aggregate, answer_metrics, normalize_answer
+from agentrl.core.metrics import aggregate, answer_metrics, normalize_answer
 
 
 # --- The HotpotQA official scorer (hotpot_evaluate_v1.py, Yang et al. 2018), as published. -----------------
@@ -120,7 +120,7 @@ def test_aggregate_breaks_down_by_question_type():
 
 
 def test_tool_call_quality_counts_format_errors_but_not_tool_failures():
-    from agentrl.metrics import tool_call_quality
+    from agentrl.core.metrics import tool_call_quality
 
     def traj(*errors):
         msgs = [{"role": "tool", "content": "x", **({"error": e} if e else {})} for e in errors]

@@ -8,11 +8,14 @@ from collections import Counter
 import pytest
 
 from agentrl.envs.base import call_tool
-from agentrl.envs.code import humaneval_tasks
-from agentrl.envs.math import load_gsm8k
-from agentrl.envs.mixed import MixedEnv, family_summary, mixed_score, mixture_rows
-from agentrl.rewards import code_pass, math_correct, task_success
+from agentrl.envs.code.env import humaneval_tasks
+from agentrl.envs.math.env import load_gsm8k
+from agentrl.envs.mixed.env import MixedEnv, family_summary, mixed_score, mixture_rows
+from agentrl.rollout.rewards import reward_registry, task_success
 from conftest import HOTPOT
+
+code_pass = reward_registry()["code_pass"]
+math_correct = reward_registry()["math_correct"]
 
 MATH = load_gsm8k("data/samples/gsm8k_train_100.jsonl")
 CODE = humaneval_tasks()
@@ -117,14 +120,16 @@ def test_held_out_rows_of_a_mixed_run_are_evaluation_items_never_trained_on():
 
 
 def test_search_joins_the_mixture_over_the_presets_index_and_a_missing_index_is_named(small_index, tmp_path):
-    from agentrl.io import DataError
-    from agentrl.train.grpo import GRPOSettings, build_task, split_rows
+    from agentrl.core.io import DataError
+    from agentrl.train.grpo import build_task, grpo_config, split_rows
 
-    cfg = GRPOSettings(env="mixed", mixture={"search": 0.5, "math": 0.5}, mixture_rows=4, eval_questions=2,
-                       top_k=2)
+    table = {"env": "mixed", "mixture": {"search": 0.5, "math": 0.5}, "mixture_rows": 4, "eval_questions": 2,
+             "top_k": 2}
+    missing = {"grpo": table, "eval": {"index": str(tmp_path / "none")}}
     with pytest.raises(DataError, match="agentrl index --corpus"):
-        build_task(cfg, {"eval": {"index": str(tmp_path / "none")}})
-    preset = {"eval": {"index": str(small_index), "qa": str(HOTPOT)}}
+        build_task(grpo_config(missing), missing)
+    preset = {"grpo": table, "eval": {"index": str(small_index), "qa": str(HOTPOT)}}
+    cfg = grpo_config(preset)
     task = build_task(cfg, preset)
     assert "`search` tool" in task.system_prompt and "`act`" in task.system_prompt
     train, held = split_rows(cfg, preset)
@@ -163,7 +168,7 @@ def test_a_mixed_grpo_run_with_search_trains_steps_and_logs_every_familys_reward
                                                ("code", "code_pass", "grpo_envs_code"),
                                                ("mixed", "task_success", "grpo_envs_mixed")])
 def test_each_env_trains_on_its_own_reward_from_the_envs_preset_and_from_a_search_preset(env, reward, table):
-    from agentrl.config import load_preset
+    from agentrl.core.config import load_preset
     from agentrl.train.grpo import grpo_config, reward_functions
 
     own = grpo_config(load_preset("envs_demo"), env=env)
@@ -177,7 +182,7 @@ def test_each_env_trains_on_its_own_reward_from_the_envs_preset_and_from_a_searc
 
 
 def test_a_reward_that_cannot_score_the_env_is_refused_naming_it():
-    from agentrl.io import DataError
+    from agentrl.core.io import DataError
     from agentrl.train.grpo import GRPOSettings, reward_functions
 
     for env, rewards, match in (("textgame", {"answer_f1": 1.0}, "answer_f1 cannot train env 'textgame'"),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl import notebook as nb
-from agentrl.config import load_preset
+from agentrl.app import notebook as nb
+from agentrl.core.config import load_preset
 from conftest import ROOT, small_preset
 
 NOTEBOOKS = ["00_corpus", "01_agent_eval", "02_trajectories", "03_sft", "04_grpo"]
@@ -71,7 +71,7 @@ def test_a_gpu_presets_sft_inputs_are_built_on_a_fresh_runtime_and_grpo_names_no
     oracle's demonstrations, the curated SFT data) are built with the earlier phases' own calls; notebook 04 then
     finds no SFT adapter and says which notebook to run. The corpus uses the offline MiniLM (no hub here) over
     30 questions' contexts; everything else is the preset's."""
-    from agentrl.io import read_jsonl
+    from agentrl.core.io import read_jsonl
     from agentrl.train.grpo import grpo_config, split_rows
 
     monkeypatch.chdir(tmp_path)
@@ -227,7 +227,7 @@ def test_jupytext_brings_an_outside_ipynb_into_marimo(tmp_path):
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# An outside notebook"),
-                nbformat.v4.new_code_cell("from agentrl.metrics import answer_metrics\nx = 2"),
+                nbformat.v4.new_code_cell("from agentrl.core.metrics import answer_metrics\nx = 2"),
                 nbformat.v4.new_code_cell("print(answer_metrics('Tim Burton', ['tim burton'])['em'] * x)")]
     src = tmp_path / "outside.ipynb"
     nbformat.write(nb, src)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agentrl.config import REPO_ROOT, load_preset
+from agentrl.core.config import REPO_ROOT, load_preset
 
 PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml"))
 CPU_PRESETS = ("demo", "cpu_smol", "envs_demo")  # the tiny or the SmolLM2 model from runs/, stock TRL settings
@@ -14,9 +14,9 @@ def test_the_three_presets_ship():
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_builds_every_phase_config(name):
-    from agentrl.curate import data_config
-    from agentrl.evaluate import eval_config
-    from agentrl.pipeline import corpus_configs
+    from agentrl.data.curate import data_config
+    from agentrl.data.pipeline import corpus_configs
+    from agentrl.rollout.evaluate import eval_config
     from agentrl.train.grpo import grpo_config, reward_functions
     from agentrl.train.sft import sft_config
 
@@ -34,7 +34,7 @@ def test_preset_builds_every_phase_config(name):
 
 
 def test_unknown_preset_fields_are_named(tmp_path):
-    from agentrl.io import DataError
+    from agentrl.core.io import DataError
     from agentrl.train.sft import sft_config
 
     bad = tmp_path / "bad.toml"
@@ -50,8 +50,8 @@ def test_unknown_preset_fields_are_named(tmp_path):
 def test_every_card_variant_of_a_preset_builds_the_trainers_arguments(name, tmp_path):
     """The documented GPU commands (`agentrl sft|grpo --config NAME`, with the detected card's [gpu.CARD] tables)
     get arguments TRL accepts: built here on CPU for the base preset and every card table it carries."""
-    from agentrl.gpu_plan import CARDS, apply_card
     from agentrl.train import grpo, sft
+    from agentrl.train.gpu_plan import CARDS, apply_card
 
     preset = load_preset(name)
     assert set(preset.get("gpu") or {}) <= set(CARDS), "a [gpu.X] table names an unknown card"
@@ -74,7 +74,7 @@ def test_an_unset_upper_clip_is_resolved_to_what_both_trainers_then_use(tmp_path
     """TRL 1.14.2's GRPOTrainer uses epsilon for epsilon_high=None; Unsloth 2026.10.9's patched GRPOConfig turns
     None into 0.28 for an explicit loss_type="dapo" (5.0 for cispo) and leaves a number alone. agentrl resolves
     None before either sees it, so the value in the manifest is the value both train with."""
-    from agentrl.config import to_dict
+    from agentrl.core.config import to_dict
     from agentrl.train import grpo
 
     dapo = grpo.grpo_config({"grpo": {"loss_type": "dapo", "epsilon": 0.2}})

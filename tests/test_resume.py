@@ -18,7 +18,7 @@ KILLED_RUN = '''
 import sys, time
 from pathlib import Path
 from transformers import TrainerCallback
-from agentrl.config import load_preset
+from agentrl.core.config import load_preset
 
 phase, preset_path, stop = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
@@ -65,7 +65,7 @@ def resume(tmp_path, phase: str, preset) -> dict:
 
 
 def test_sft_killed_after_a_checkpoint_resumes_to_the_same_losses_and_step_count(tmp_path, sft_data, tiny_model):
-    from agentrl.config import load_preset
+    from agentrl.core.config import load_preset
     from agentrl.train.sft import run_sft, sft_config
 
     preset = tmp_path / "p.toml"

@@ -5,10 +5,10 @@ import shutil
 import numpy as np
 import pytest
 
-from agentrl.io import DataError
+from agentrl.core.io import DataError
 from agentrl.retrieval import BM25Config, BM25Index, Retriever, normalized, rrf
 from agentrl.retrieval.bm25 import tokenize
-from agentrl.retrieval_eval import evaluate_retrieval, question_metrics
+from agentrl.retrieval.evaluate import evaluate_retrieval, question_metrics
 
 
 def test_query_and_corpus_get_the_same_stemming():
@@ -231,7 +231,7 @@ def test_mcp_tool_returns_distinct_documents(paris_index):
 
     from mcp import Client
 
-    from agentrl.mcp_server import build_server
+    from agentrl.retrieval.mcp_server import build_server
 
     server = build_server(Retriever.load(paris_index), method="bm25")
 

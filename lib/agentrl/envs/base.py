@@ -5,6 +5,12 @@ arguments, Google-style docstring), ``get_reward()`` is optional. Tool schemas c
 ``transformers.utils.get_json_schema`` so evaluation, SFT data and GRPO render identical tool definitions.
 TRL 1.14 lists the bound methods of an instance (classmethods included), so helpers that must not become tools
 are private (leading underscore) or module-level functions; this module applies the same rule.
+
+A tool that refuses a call (a limit reached, a statement that failed, a value it cannot use) raises
+:class:`ToolError` with the text the model reads; any other exception is a crash of the tool. Both loops turn
+either into a tool message and never stop the episode: ours (:func:`call_tool`) records the kind on the message,
+TRL's renders ``{'error': ...}``; the environment itself remembers why each of its calls failed
+(:func:`instrumented`), so :func:`tool_outcomes` gives one typed signal for both.
 """
 
 from __future__ import annotations
@@ -12,9 +18,18 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+from collections.abc import Callable
 from typing import Any
 
 RESERVED = ("reset", "get_reward")
+# the kinds of failed tool calls: the call itself was malformed (the model's format) ...
+FORMAT_ERRORS = frozenset({"invalid_tool_call", "unknown_tool", "invalid_arguments"})
+# ... or the tool ran and refused (tool_error) or crashed (tool_exception)
+
+
+class ToolError(Exception):
+    """A tool's refusal of a call (a limit reached, a failed statement, an unusable value): the model reads the
+    message as it is and may try again. Other exceptions are rendered ``Error: <Type>: <message>``."""
 
 
 @functools.cache
@@ -96,7 +111,8 @@ async def call_tool(env: Any, name: str, raw_arguments: Any) -> tuple[str, str |
 
     Never raises for a bad call: an unknown tool, invalid JSON arguments, wrong argument names/types and
     exceptions inside the tool all come back as ``"Error: ..."`` text for the model to read, with
-    error_kind ``unknown_tool`` / ``invalid_arguments`` / ``tool_exception``. Sync tools run in a thread; when the
+    error_kind ``unknown_tool`` / ``invalid_arguments`` / ``tool_exception`` (a ToolError: its own message, kind
+    ``tool_error``). Sync tools run in a thread; when the
     call is cancelled (an item timeout), the env's ``_interrupt()`` (if it has one) stops the work in that thread
     and the cancellation waits for the thread to return, so nothing is still running once the item is recorded.
     """
@@ -111,6 +127,8 @@ async def call_tool(env: Any, name: str, raw_arguments: Any) -> tuple[str, str |
         return f"Error: invalid arguments for {name}: {exc}", "invalid_arguments"
     try:
         result = await fn(**args) if inspect.iscoroutinefunction(fn) else await _in_thread(env, fn, args)
+    except ToolError as exc:  # a refusal: the tool chose the words
+        return str(exc), "tool_error"
     except Exception as exc:  # the model reads the error and can try again
         return f"Error: {type(exc).__name__}: {exc}", "tool_exception"
     return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False), None
@@ -135,3 +153,134 @@ async def _in_thread(env: Any, fn, args: dict):
                 interrupt()
         await asyncio.wait({work}, timeout=INTERRUPT_WAIT)
         raise
+
+
+def row_metadata(row: dict) -> dict:
+    """Return a task row's metadata: its ``metadata``, else the ``task`` column (JSON text) in which GRPO's dataset
+    carries it (Arrow cannot hold rows whose metadata differ in shape); ``{}`` when it has neither."""
+    meta = row.get("metadata")
+    if meta is None and isinstance(row.get("task"), str):
+        meta = json.loads(row["task"])
+    return meta if isinstance(meta, dict) else dict(meta or {})
+
+
+def instrumented(factory: Callable[[], Any], name: str) -> Callable[[], Any]:
+    """Return a factory like ``factory`` whose environments are instances of :func:`recording` subclasses: each
+    knows its environment's registry ``name``, decodes a GRPO row's ``task`` column into ``metadata`` before its own
+    ``reset`` sees the row, and remembers why its tool calls failed (for :func:`tool_outcomes`)."""
+
+    def make():
+        env = factory()
+        cls = type(env)
+        if not getattr(cls, "_agentrl_recording", False):
+            try:
+                env.__class__ = recording(cls, name)  # same layout, methods wrapped: the instance stays as built
+            except TypeError as exc:  # __slots__ or a C type: its tool failures could not be told apart
+                raise TypeError(f"environment {name}: {cls.__name__} instances cannot be instrumented ({exc}); "
+                                "use a plain class (no __slots__)") from None
+        env._tool_failures = {}
+        return env
+
+    return make
+
+
+@functools.cache
+def recording(cls: type, name: str) -> type:
+    """Return a subclass of ``cls`` (same name) whose tools record their failures and whose ``reset`` takes GRPO's
+    rows."""
+    attrs: dict[str, Any] = {"_agentrl_recording": True, "_agentrl_env": name, "__module__": cls.__module__,
+                             "__qualname__": cls.__qualname__}
+    reset = cls.reset
+
+    def reset_row(self, **row):
+        self._tool_failures = {}
+        if "metadata" not in row and isinstance(row.get("task"), str):
+            row = {**row, "metadata": row_metadata(row)}
+        return reset(self, **row)
+
+    attrs["reset"] = functools.wraps(reset)(reset_row)
+    for tool in _tool_names(cls):
+        raw = inspect.getattr_static(cls, tool)
+        if inspect.isfunction(raw):
+            attrs[tool] = _recorded(raw, tool)
+    return type(cls.__name__, (cls,), attrs)
+
+
+def _recorded(fn, tool: str):
+    signature = inspect.signature(fn)
+
+    def failed(self, args, kwargs, exc: Exception) -> None:
+        if isinstance(exc, ToolError):
+            kind = "tool_error"
+        elif isinstance(exc, TypeError) and not _binds(signature, self, args, kwargs):
+            kind = "invalid_arguments"  # TRL calls a tool without binding its arguments first
+        else:
+            kind = "tool_exception"
+        failures = self.__dict__.setdefault("_tool_failures", {})
+        failures[str(exc)] = kind  # TRL renders {'error': str(exc)}: the text finds the kind again
+
+    if inspect.iscoroutinefunction(fn):
+        async def wrapper(self, *args, **kwargs):
+            try:
+                return await fn(self, *args, **kwargs)
+            except Exception as exc:
+                failed(self, args, kwargs, exc)
+                raise
+    else:
+        def wrapper(self, *args, **kwargs):
+            try:
+                return fn(self, *args, **kwargs)
+            except Exception as exc:
+                failed(self, args, kwargs, exc)
+                raise
+
+    return functools.wraps(fn)(wrapper)
+
+
+def _binds(signature: inspect.Signature, self, args: tuple, kwargs: dict) -> bool:
+    try:
+        signature.bind(self, *args, **kwargs)
+    except TypeError:
+        return False
+    return True
+
+
+def tool_outcomes(completion, env: Any = None) -> list[str | None]:
+    """Return, for each tool message of ``completion`` (a message list), None when the call succeeded, else the
+    kind of failure: a FORMAT_ERRORS kind (the call was malformed) or ``tool_error`` / ``tool_exception`` (the
+    tool refused or crashed). Our agent loop writes the kind on the message (``error``); in TRL's rollouts a failed
+    call reads ``{'error': ...}`` and ``env`` (the episode's environment) knows the kind from its own record; a
+    failure it did not record never reached a tool (no such tool): ``unknown_tool``."""
+    if not isinstance(completion, list):
+        return []
+    failures = (getattr(active_env(env), "_tool_failures", None) if env is not None else None) or {}
+    out: list[str | None] = []
+    for m in completion:
+        if not isinstance(m, dict) or m.get("role") != "tool":
+            continue
+        if m.get("error"):
+            out.append(m["error"])
+            continue
+        text = _trl_error(m.get("content"))
+        out.append(None if text is None else failures.get(text, "unknown_tool"))
+    return out
+
+
+def _trl_error(content) -> str | None:
+    # TRL 1.14's rendering of a failed tool call: str({"error": str(exc)})
+    if not isinstance(content, str) or not content.startswith("{'error': "):
+        return None
+    import ast
+
+    try:
+        value = ast.literal_eval(content)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value.get("error") if isinstance(value, dict) and len(value) == 1 else None
+
+
+def active_env(env: Any) -> Any:
+    """Return the environment that played the episode: a routing environment's current one (``_active()``, the
+    mixed environment's row family), else ``env`` itself."""
+    active = getattr(env, "_active", None)
+    return active() if callable(active) else env

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agentrl.io import DataError
+from agentrl.core.io import DataError
 
 
 @dataclass

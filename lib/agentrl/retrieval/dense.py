@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agentrl.io import DataError
+from agentrl.core.io import DataError
 
 # Instruction prefixes the model family was trained with; other models get none unless configured.
 _PREFIXES = (

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agentrl.io import DataError, read_json, staged_dir, write_json
+from agentrl.core.io import DataError, read_json, staged_dir, write_json
 from agentrl.retrieval.bm25 import BM25Config, BM25Index
 from agentrl.retrieval.cache import QueryVectorCache
 from agentrl.retrieval.dense import DenseConfig, DenseIndex, Embedder

@@ -26,7 +26,7 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 def save_args(save_steps: int, save_total_limit: int) -> dict:
     """Return the TrainingArguments fields for a checkpoint every ``save_steps`` steps (0 = none)."""
     if save_steps < 0 or save_total_limit < 1:
-        from agentrl.io import DataError
+        from agentrl.core.io import DataError
 
         raise DataError(f"save_steps must be >= 0 and save_total_limit >= 1 (got {save_steps}, {save_total_limit})")
     if not save_steps:

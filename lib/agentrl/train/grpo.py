@@ -3,7 +3,7 @@
 The environment class is the one evaluation uses (SearchEnv, SQLEnv): TRL pools instances, calls
 ``reset(**row)`` per rollout and exposes the public methods as tools. Tool results are appended to the
 completion but masked out of the loss (``tool_mask``), so the model never trains on retrieved text
-(Search-R1: training on it hurts stability and accuracy). Rewards are the functions of agentrl.rewards,
+(Search-R1: training on it hurts stability and accuracy). Rewards are the functions of agentrl.rollout.rewards,
 weighted from the config and logged one by one, with TRL's tool-call frequency, completion length and
 share of zero-variance groups. The current policy is evaluated with the agent loop on held-out questions
 every ``eval_every`` steps and at the end. Output, under ``runs/grpo/<name>/``: ``adapter/``,
@@ -18,19 +18,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrl.io import DataError
-from agentrl.judge import JudgeConfig
+from agentrl.core.io import DataError
+from agentrl.envs import registry
+from agentrl.envs.task import EPISODE_KEYS, EpisodeSettings
+from agentrl.rollout.judge import JudgeConfig
 from agentrl.train.models import ModelConfig
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class GRPOSettings:
-    """The ``[grpo]`` table of a preset."""
+class GRPOSettings(EpisodeSettings):
+    """The ``[grpo]`` table of a preset: the episode settings (EpisodeSettings; a key this table does not set takes
+    ``[eval]``'s) and the training run's."""
 
     name: str = "grpo"
-    env: str = "search"  # search | sql | textgame | math | code | mixed (rows drawn by ``mixture``)
+    env: str = registry.DEFAULT  # a registered environment (mixed: rows drawn by ``mixture``) or a user's env file
     mixture: dict[str, float] = field(default_factory=dict)  # mixed: family -> proportion, e.g. {math = 0.5, ...}
     mixture_rows: int = 32  # mixed: training rows drawn in those proportions (plus eval_questions held out)
     qa: str | None = None  # default: the eval QA set (search); for sql use "synthetic" (DB Bench is eval-only)
@@ -38,7 +41,7 @@ class GRPOSettings:
     train_questions: int | None = None
     model: ModelConfig = field(default_factory=ModelConfig)
     adapter: str | None = None  # start from this LoRA adapter (e.g. the SFT one); None = fresh LoRA on the base
-    rewards: dict[str, float] = field(default_factory=dict)  # empty: the env's defaults (agentrl.rewards.ENV_REWARDS)
+    rewards: dict[str, float] = field(default_factory=dict)  # empty: the env's declared defaults (its README)
     judge: JudgeConfig | None = None
     num_generations: int = 8
     max_completion_length: int = 1024  # tool results count against it
@@ -67,15 +70,6 @@ class GRPOSettings:
     max_steps: int = 200
     batch_size: int = 8  # completions per device per step; a multiple of num_generations
     grad_accum: int = 1
-    top_k: int = 3
-    search_method: str | None = None  # bm25 | dense | hybrid; default: the index's
-    max_searches: int = 4
-    passage_chars: int | None = None
-    max_query_chars: int | None = None  # search: longer queries are a tool error; default 2,000 (envs/search.py)
-    sql_partial_credit: float | None = None  # SQL: credit for statements that ran but missed (default [eval]'s 0.1)
-    sql_jaccard: bool | None = None  # SQL: Jaccard overlap of result rows / final table as partial credit
-    sql_scoring: str | None = None  # SQL em (sql_answer reward): agentbench (default) or lenient
-    sql_backend: str | None = None  # SQL databases: sqlite (default, fast) or mariadb
     eval_every: int = 0  # steps between agent evaluations (0 = only at the end)
     eval_questions: int = 20
     eval_offset: int | None = None  # default: after the training slice, else the last eval_questions rows
@@ -94,10 +88,10 @@ class GRPOSettings:
     save_total_limit: int = 2
 
     def __post_init__(self):
+        spec = registry.get(self.env)
+        self.env = spec.name
         if not self.rewards:
-            from agentrl.rewards import ENV_REWARDS
-
-            self.rewards = dict(ENV_REWARDS.get(self.env, {}))
+            self.rewards = dict(spec.rewards)
 
 
 # the [grpo] fields that belong to its env: `--env` naming another env drops them (its [grpo_<env>] table or the
@@ -107,9 +101,10 @@ ENV_FIELDS = ("rewards", "qa", "train_offset", "train_questions", "eval_offset",
 
 def env_table(preset: dict, env: str | None = None) -> dict:
     """Return the ``[grpo]`` table for ``env`` (default: its own): for another env than ``[grpo].env``, without
-    ENV_FIELDS and named ``<name>_<env>``; then the preset's ``[grpo_<env>]`` fields replace its fields."""
+    ENV_FIELDS and named ``<name>_<env>``; then the preset's ``[grpo_<env>]`` fields replace its fields; episode
+    keys (EpisodeSettings) neither sets come from ``[eval]``."""
     raw = dict(preset.get("grpo") or {})
-    own = raw.get("env", "search")
+    own = raw.get("env", registry.DEFAULT)
     env = env or own
     if env != own:
         for key in ENV_FIELDS:
@@ -117,7 +112,8 @@ def env_table(preset: dict, env: str | None = None) -> dict:
         raw["env"] = env
         raw["name"] = f"{raw.get('name', 'grpo')}_{env}"
     raw.update(preset.get(f"grpo_{env}") or {})
-    return raw
+    evaluated = preset.get("eval") or {}
+    return {**{k: evaluated[k] for k in EPISODE_KEYS if k in evaluated}, **raw}
 
 
 def grpo_config(preset: dict | None = None, **overrides) -> GRPOSettings:
@@ -126,7 +122,7 @@ def grpo_config(preset: dict | None = None, **overrides) -> GRPOSettings:
     (:func:`upper_clip`)."""
     from dataclasses import replace
 
-    from agentrl.config import from_dict
+    from agentrl.core.config import from_dict
 
     cfg = from_dict(GRPOSettings, env_table(preset or {}, overrides.pop("env", None)), "grpo")
     o = {k: v for k, v in overrides.items() if v is not None}
@@ -149,32 +145,30 @@ def upper_clip(settings: GRPOSettings) -> float:
     return 5.0 if settings.loss_type == "cispo" else float(settings.epsilon)
 
 
+def with_eval_defaults(settings: GRPOSettings, preset: dict) -> GRPOSettings:
+    """Return ``settings`` with each episode key it leaves unset (None: the index, the MCP URL, ...) taken from the
+    preset's ``[eval]`` table, as :func:`grpo_config` does for the keys ``[grpo]`` does not name."""
+    from dataclasses import replace
+
+    evaluated = (preset or {}).get("eval") or {}
+    fills = {k: evaluated[k] for k in EPISODE_KEYS if getattr(settings, k) is None and evaluated.get(k) is not None}
+    return replace(settings, **fills) if fills else settings
+
+
 def build_task(settings: GRPOSettings, preset: dict):
-    """Return the Task (environment, prompt, scoring) GRPO trains on, sharing the evaluation's builders."""
-    from agentrl.evaluate import build_task as eval_task
-    from agentrl.evaluate import eval_config
-
-    mixed = settings.env == "mixed"
-    cfg = eval_config(preset, env="search" if mixed else settings.env, top_k=settings.top_k,
-                      max_searches=settings.max_searches, passage_chars=settings.passage_chars,
-                      max_query_chars=settings.max_query_chars, search_method=settings.search_method,
-                      sql_partial_credit=settings.sql_partial_credit,
-                      sql_jaccard=settings.sql_jaccard, sql_scoring=settings.sql_scoring,
-                      sql_backend=settings.sql_backend)
-    if not mixed:
-        return eval_task(cfg, preset)
-    from agentrl.envs.mixed import mixed_task, search_family
-
-    return mixed_task({"search": search_family(cfg, preset)} if "search" in settings.mixture else None)
+    """Return the Task (environment, prompt, scoring) GRPO trains on: the registered environment built from the
+    run's episode settings (:func:`with_eval_defaults`), as evaluation builds it."""
+    return registry.get(settings.env).build(with_eval_defaults(settings, preset), preset)
 
 
 def reward_functions(settings: GRPOSettings) -> tuple[list, list[float], object]:
     """Return ``(functions, weights, judge)`` for the configured rewards (judge None unless configured). A reward
     that cannot score the run's env (``game_score`` on math, ``answer_f1`` on a text game) is a DataError."""
-    from agentrl.rewards import REWARDS, make_judge_reward, reward_misfit
+    from agentrl.rollout.rewards import make_judge_reward, reward_misfit, reward_registry
 
     funcs, weights, judge = [], [], None
-    families = settings.mixture if settings.env == "mixed" else [settings.env]
+    rewards = reward_registry()
+    families = settings.mixture if registry.get(settings.env).routes else [settings.env]
     for name, weight in settings.rewards.items():
         misfit = reward_misfit(name, families)
         if misfit:
@@ -183,52 +177,45 @@ def reward_functions(settings: GRPOSettings) -> tuple[list, list[float], object]
         if name == "judge":
             if settings.judge is None:
                 raise DataError("grpo.rewards has 'judge' but no [grpo.judge] table (model, base_url)")
-            from agentrl.judge import LLMJudge
+            from agentrl.rollout.judge import LLMJudge
 
             judge = LLMJudge(settings.judge)
             funcs.append(make_judge_reward(judge))
-        elif name in REWARDS:
-            funcs.append(REWARDS[name])
+        elif name in rewards:
+            funcs.append(rewards[name])
         else:
-            raise DataError(f"grpo.rewards: unknown reward '{name}' (choose from {', '.join([*REWARDS, 'judge'])})")
+            raise DataError(f"grpo.rewards: unknown reward '{name}' (choose from {', '.join([*rewards, 'judge'])})")
         weights.append(float(weight))
     if not funcs:
         raise DataError("grpo.rewards is empty")
     return funcs, weights, judge
 
 
-def training_source(settings: GRPOSettings) -> str | None:
-    """Return the QA source GRPO trains on: ``settings.qa``; for SQL the synthetic tasks by default. DB Bench
-    files are refused: AgentBench's data is for evaluation, never training."""
-    qa = settings.qa or ("synthetic" if settings.env == "sql" else None)
-    if settings.env == "sql" and qa != "synthetic" and "dbbench" in str(qa).lower():
-        raise DataError(f"grpo.qa = {qa!r}: DB Bench is for evaluation only; train on qa = 'synthetic'")
-    return qa
-
-
 def split_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[dict]]:
-    """Return ``(train, held_out)`` task rows, disjoint by id (mixed runs, and text-game / math / code runs
-    without ``qa``: :func:`pooled_rows`, from separate training and evaluation items; GSM8K's two files number
-    their problems from 0 each, so there the items differ, not the ids).
+    """Return ``(train, held_out)`` task rows, never the same item on both sides.
 
-    Held out: ``eval_questions`` rows from ``eval_offset``, by default those right after the training slice,
-    or, when training takes every question (or the slice runs to the end), the last ``eval_questions`` rows,
-    which are then removed from training. Evaluating on training questions would measure memorisation.
+    An environment whose training and held-out items are separate pools (the text game, math, code: ``pooled``)
+    without ``qa``, and a mixture: :func:`pooled_rows`. Otherwise the rows of ``qa`` (default the environment's
+    training rows: the QA file, the synthetic SQL tables; DB Bench is refused) are split: held out are
+    ``eval_questions`` rows from ``eval_offset``, by default those right after the training slice, or, when
+    training takes every question (or the slice runs to the end), the last ``eval_questions`` rows, which are then
+    removed from training. Evaluating on training questions would measure memorisation.
     """
-    from agentrl.evaluate import eval_config, load_rows
+    from agentrl.core.metrics import same_item_key
 
-    if settings.env == "mixed" or (settings.env in POOLED and settings.qa is None):
+    spec = registry.get(settings.env)
+    if spec.routes or (spec.pooled and settings.qa is None):
         return pooled_rows(settings, preset)
-    cfg = eval_config(preset, env=settings.env, qa=training_source(settings), offset=0, limit=None)
-    rows = load_rows(cfg, preset)
-    end = len(rows) if settings.train_questions is None else settings.train_offset + settings.train_questions
+    end = None if settings.train_questions is None else settings.train_offset + settings.train_questions
     n_eval = max(0, settings.eval_questions)
+    rows = spec.rows("train", settings.qa, (end or registry.GENERATED_ROWS) + n_eval, preset)
+    end = len(rows) if end is None else end
     start = settings.eval_offset
     if start is None:
         start = end if end + n_eval <= len(rows) else max(0, len(rows) - n_eval)
     held = rows[start:start + n_eval]
-    held_ids = {r["id"] for r in held}
-    train = [r for r in rows[settings.train_offset:end] if r["id"] not in held_ids]
+    held_keys = {same_item_key(r) for r in held}
+    train = [r for r in rows[settings.train_offset:end] if same_item_key(r) not in held_keys]
     if not train:
         raise DataError("GRPO has no training questions (check grpo.qa / train_offset / train_questions / "
                         "eval_questions)")
@@ -237,32 +224,31 @@ def split_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[d
     return train, held
 
 
-POOLED = ("textgame", "math", "code")  # envs whose training and evaluation items are separate pools
-
-
 def pooled_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[dict]]:
-    """Return ``(train, held_out)`` for a mixed run or a text-game / math / code run without ``qa``: training rows
-    from the families' training items (train-fold games, GSM8K training problems, HumanEval/0..99, ...), held-out
-    rows from their evaluation items (dev-fold games, the GSM8K held-out slice, HumanEval/100..163, ...), as
-    agentrl.envs.mixed draws them: never the same item on both sides."""
-    from agentrl.envs.mixed import heldout_sources, mixture_rows, training_sources
+    """Return ``(train, held_out)`` for a mixture or a pooled environment without ``qa``: training rows from the
+    environment's (each family's) ``train`` rows, held-out rows from its ``heldout`` rows (train-fold games vs
+    dev-fold games, GSM8K's training problems vs the held-out slice, HumanEval/0..99 vs the rest, ...): never the
+    same item on both sides."""
+    from agentrl.envs.mixed.env import family_rows, mixture_rows
 
     n_eval = max(0, settings.eval_questions)
     start = settings.eval_offset or 0
-    if settings.env == "mixed":
+    if registry.get(settings.env).routes:
         if not settings.mixture:
-            raise DataError("grpo.env = 'mixed' needs grpo.mixture, e.g. {math = 0.5, code = 0.25, textgame = 0.25}")
+            raise DataError(f"grpo.env = '{settings.env}' needs grpo.mixture, e.g. "
+                            "{math = 0.5, code = 0.25, textgame = 0.25}")
         try:
-            train = mixture_rows(settings.mixture, training_sources(settings.mixture, settings.mixture_rows, preset),
-                                 settings.mixture_rows, settings.seed)
-            held = mixture_rows(settings.mixture, heldout_sources(settings.mixture, n_eval, preset), n_eval,
+            train = mixture_rows(settings.mixture, family_rows(settings.mixture, "train", settings.mixture_rows,
+                                                               preset), settings.mixture_rows, settings.seed)
+            held = mixture_rows(settings.mixture, family_rows(settings.mixture, "heldout", n_eval, preset), n_eval,
                                 settings.seed) if n_eval else []
         except ValueError as exc:
             raise DataError(f"grpo.mixture: {exc}") from None
         return train, held
     end = None if settings.train_questions is None else settings.train_offset + settings.train_questions
-    train = training_sources([settings.env], end or 20, preset)[settings.env][settings.train_offset:end]
-    held = heldout_sources([settings.env], start + n_eval, preset)[settings.env][start:start + n_eval]
+    spec = registry.get(settings.env)
+    train = spec.rows("train", None, end or registry.GENERATED_ROWS, preset)[settings.train_offset:end]
+    held = spec.rows("heldout", None, start + n_eval, preset)[start:start + n_eval]
     if not train:
         raise DataError(f"GRPO has no {settings.env} training items (check grpo.train_offset / train_questions)")
     return train, held
@@ -270,21 +256,21 @@ def pooled_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[
 
 def training_rows(settings: GRPOSettings, task, preset: dict, rows: list[dict] | None = None) -> list[dict]:
     """Return the GRPO dataset rows: ``prompt`` (system + user messages) plus the columns the env and rewards
-    read (id, question, golden_answers, and the task's extra columns). ``rows`` defaults to the training half
+    read (id, question, golden_answers, ``env``: the row's environment, and ``task``: its metadata as JSON, which
+    the environment's reset gets back as ``metadata``). ``rows`` defaults to the training half
     of :func:`split_rows`."""
+    import json
+
     if rows is None:
         rows = split_rows(settings, preset)[0]
+    spec = registry.get(settings.env)
     out = []
     for r in rows:
         prompt = [{"role": "system", "content": task.system_prompt}, {"role": "user", "content": r["question"]}]
         row = {"prompt": prompt, "id": r["id"], "question": r["question"],
-               "golden_answers": r.get("golden_answers") or []}
-        if settings.env != "search":  # the env rebuilds its database / game / problem from the row
-            import json
-
+               "golden_answers": r.get("golden_answers") or [], "env": r.get("env") or settings.env}
+        if spec.row_metadata or spec.routes:  # the env rebuilds its database / game / problem from the row
             row["task"] = r.get("task") or json.dumps(r["metadata"])
-        if settings.env == "mixed":
-            row["env"] = r["env"]
         out.append(row)
     return out
 
@@ -297,9 +283,9 @@ def training_args(settings: GRPOSettings, reward_weights: list[float], out: Path
     from trl import GRPOConfig
 
     from agentrl.train.checkpoints import gradient_checkpointing, save_args
-    from agentrl.train.models import choose_backend
+    from agentrl.train.models import bf16_supported, choose_backend, cuda_available, progress_bars
 
-    use_cpu = not _cuda()
+    use_cpu = not cuda_available()
     backend = backend or choose_backend(settings.model.backend)[0]
     if settings.batch_size * settings.grad_accum % settings.num_generations:
         raise DataError(f"grpo.batch_size x grad_accum ({settings.batch_size * settings.grad_accum}) must be a "
@@ -318,13 +304,13 @@ def training_args(settings: GRPOSettings, reward_weights: list[float], out: Path
         vllm_importance_sampling_correction=settings.vllm_importance_sampling_correction,
         reward_weights=reward_weights, log_completions=settings.log_completions, num_completions_to_print=2,
         logging_steps=settings.logging_steps, report_to=settings.report_to, seed=settings.seed,
-        use_cpu=use_cpu, bf16=not use_cpu and _bf16(), fp16=not use_cpu and not _bf16(),
+        use_cpu=use_cpu, bf16=not use_cpu and bf16_supported(), fp16=not use_cpu and not bf16_supported(),
         gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing, backend),
         use_vllm=settings.use_vllm, vllm_mode=settings.vllm_mode,
         vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
         vllm_tensor_parallel_size=settings.vllm_tensor_parallel_size, vllm_server_host=settings.vllm_server_host,
         vllm_server_port=settings.vllm_server_port, vllm_max_model_length=settings.model.max_seq_length,
-        disable_tqdm=not _tty(), **save_args(settings.save_steps, settings.save_total_limit),
+        disable_tqdm=not progress_bars(), **save_args(settings.save_steps, settings.save_total_limit),
     )
 
 
@@ -336,7 +322,7 @@ def make_trainer(settings: GRPOSettings, loaded, task, rows: list[dict], out: Pa
 
     funcs, weights, _ = reward_functions(settings)
     args = training_args(settings, weights, out, loaded.backend)
-    trainer_cls = family_trainer(GRPOTrainer) if settings.env == "mixed" else GRPOTrainer
+    trainer_cls = family_trainer(GRPOTrainer) if registry.get(settings.env).routes else GRPOTrainer
     return trainer_cls(model=loaded.model, processing_class=loaded.tokenizer, reward_funcs=funcs, args=args,
                        train_dataset=Dataset.from_list(rows), environment_factory=task.make_env,
                        callbacks=list(callbacks))
@@ -348,8 +334,8 @@ def family_trainer(base):
     and their headline success (``<family>/success``: game solved, math-verify match, tests passed, ...)."""
     import torch
 
-    from agentrl.envs.mixed import family_summary
-    from agentrl.rewards import episode_metrics
+    from agentrl.envs.mixed.env import family_summary
+    from agentrl.rollout.rewards import episode_metrics
 
     class FamilyGRPOTrainer(base):
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -359,8 +345,10 @@ def family_trainer(base):
             total = (local * self.reward_weights.to(local.device).unsqueeze(0)).nansum(dim=1)
             total[torch.isnan(local).all(dim=1)] = torch.nan  # no reward scored it: TRL leaves it out too
             envs = self.environments or [None] * len(inputs)
-            success = [(episode_metrics(c, e, x.get("golden_answers"))[1] or {}).get("em")
-                       for c, e, x in zip(completions, envs, inputs, strict=True)]
+            success = []
+            for c, e, x in zip(completions, envs, inputs, strict=True):
+                family, metrics = episode_metrics(c, e, x.get("golden_answers"), x.get("env"))
+                success.append(None if metrics is None else metrics.get(registry.get(family).success))
             for key, value in family_summary([x.get("env") for x in inputs], total.tolist(), success).items():
                 self._log_metric(key, value)
             return per_func
@@ -368,37 +356,19 @@ def family_trainer(base):
     return FamilyGRPOTrainer
 
 
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def _bf16() -> bool:
-    import torch
-
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-
-
 def _main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
-
-
-def _tty() -> bool:
-    import sys
-
-    return sys.stderr.isatty()
 
 
 def agent_eval(model, tokenizer, settings: GRPOSettings, task, preset: dict, out: Path, step: int,
                rows: list[dict]) -> dict:
     """Run the agent loop with the current policy on the held-out ``rows``; return its headline metrics."""
-    from agentrl.evaluate import eval_config, run_eval
-    from agentrl.policies.local import LocalConfig, LocalPolicy
+    from agentrl.rollout.evaluate import eval_config, run_eval
+    from agentrl.rollout.local import LocalConfig, LocalPolicy
 
-    cfg = eval_config(preset, env=settings.env, qa=training_source(settings), policy="local")
-    if settings.env == "mixed" and "textgame" in settings.mixture:  # a gold path alone is 7+ actions
-        cfg.run.max_turns = max(cfg.run.max_turns, 20)
+    cfg = eval_config(preset, env=settings.env, policy="local", **{k: getattr(settings, k) for k in EPISODE_KEYS})
+    families = settings.mixture if registry.get(settings.env).routes else [settings.env]
+    cfg.run.max_turns = max(cfg.run.max_turns, *(registry.get(f).min_turns for f in families))
     was_training = model.training
     model.eval()
     policy = LocalPolicy(LocalConfig(model=settings.model.name, max_new_tokens=settings.eval_max_new_tokens),
@@ -418,7 +388,7 @@ def eval_callback(settings: GRPOSettings, task, preset: dict, out: Path, results
     writes the evaluations so far to ``out/evals.json`` (a resumed run reads them back)."""
     from transformers import TrainerCallback
 
-    from agentrl.io import write_json
+    from agentrl.core.io import write_json
 
     class AgentEval(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
@@ -434,7 +404,7 @@ def eval_callback(settings: GRPOSettings, task, preset: dict, out: Path, results
 def resumed_evals(out: Path, checkpoint: Path | None) -> list[dict]:
     """Return the agent evaluations a resumed run keeps: those in ``out/evals.json`` up to the checkpoint's step
     (later ones are redone from the checkpoint); none for a fresh run."""
-    from agentrl.io import read_json
+    from agentrl.core.io import read_json
 
     path = out / "evals.json"
     if checkpoint is None or not path.is_file():
@@ -463,7 +433,7 @@ def summarize(history: list[dict], reward_names: list[str]) -> dict:
         if "reward" not in h:
             continue
         row = {"step": h["step"], **{k: h[k] for k in keep if k in h}}
-        # mixed-task runs: each family's reward and success (agentrl.envs.mixed logs them)
+        # mixed-task runs: each family's reward and success (agentrl.envs.mixed.env logs them)
         row.update({k: v for k, v in h.items() if k.count("/") == 1 and k.split("/")[1] in ("reward", "success")})
         for name in reward_names:
             if f"rewards/{name}/mean" in h:
@@ -516,9 +486,9 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
 
 
 def _write_run(out: Path, settings: GRPOSettings, metrics: dict) -> None:
-    from agentrl.config import to_dict
-    from agentrl.io import write_json
-    from agentrl.manifest import write_manifest
+    from agentrl.core.config import to_dict
+    from agentrl.core.io import write_json
+    from agentrl.core.manifest import write_manifest
 
     write_json(out / "metrics.json", metrics)
     write_manifest(out, phase="grpo", config=to_dict(settings),

@@ -65,7 +65,7 @@ def choose_backend(requested: str, *, cuda: bool | None = None, unsloth: bool | 
     from agentrl.train.checkpoints import distributed_launch
 
     if requested not in ("auto", "unsloth", "transformers"):
-        from agentrl.io import DataError
+        from agentrl.core.io import DataError
 
         raise DataError(f"model.backend must be auto, unsloth or transformers (got {requested!r})")
     if requested == "transformers":
@@ -111,7 +111,7 @@ def check_fast_inference(cfg: ModelConfig, backend: str) -> None:
     from agentrl.train.checkpoints import fsdp
 
     if backend == "unsloth" and cfg.fast_inference and fsdp():
-        from agentrl.io import DataError
+        from agentrl.core.io import DataError
 
         raise DataError("grpo.model.fast_inference = true cannot run under FSDP (Unsloth's colocated vLLM is "
                         "single-process): launch without FSDP, or use backend = \"transformers\" with TRL's vLLM "
@@ -128,13 +128,34 @@ def adapter_rank(adapter: str | None) -> int | None:
     return int(json.loads((Path(adapter) / "adapter_config.json").read_text()).get("r") or 0) or None
 
 
+def cuda_available() -> bool:
+    """Return whether a CUDA GPU is usable."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def bf16_supported() -> bool:
+    """Return whether training on this machine's GPU uses bf16 (else fp16 with a loss scaler; False without a GPU)."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def progress_bars() -> bool:
+    """Return whether the Trainer's own tqdm bars are shown (a terminal reads stderr)."""
+    import sys
+
+    return sys.stderr.isatty()
+
+
 def _dtype(cfg: ModelConfig):
     import torch
 
     if cfg.dtype not in ("auto", None):
         return getattr(torch, cfg.dtype)
     if torch.cuda.is_available():
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if bf16_supported() else torch.float16
     return torch.float32
 
 
@@ -146,7 +167,7 @@ def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | Non
     from pathlib import Path
 
     if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
-        from agentrl.io import DataError
+        from agentrl.core.io import DataError
 
         raise DataError(f"{adapter}: adapter not found (expected adapter_config.json in it)")
     backend, reason = choose_backend(cfg.backend)
@@ -158,7 +179,7 @@ def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | Non
         os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")  # never let Unsloth apt-get or git clone on its own
         import unsloth  # noqa: F401
     if Path(cfg.name).name == "tiny" and not Path(cfg.name).exists():  # the offline demo model: built on first use
-        from agentrl.tiny import ensure_tiny_model
+        from agentrl.train.tiny import ensure_tiny_model
 
         ensure_tiny_model(cfg.name)
     if seed is not None:
@@ -197,7 +218,7 @@ def _load_transformers(cfg: ModelConfig, lora: bool, reason: str, adapter: str |
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agentrl.models import load_tokenizer
+    from agentrl.rollout.local import load_tokenizer
 
     kwargs = {"dtype": _dtype(cfg)}
     if cfg.load_in_4bit:
@@ -220,7 +241,7 @@ def _load_transformers(cfg: ModelConfig, lora: bool, reason: str, adapter: str |
         present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
         targets = [t for t in cfg.lora.target_modules if t in present]
         if not targets:
-            from agentrl.io import DataError
+            from agentrl.core.io import DataError
 
             raise DataError(f"model.lora.target_modules {cfg.lora.target_modules} match no module of {cfg.name}")
         model = get_peft_model(model, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha,

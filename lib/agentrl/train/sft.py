@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrl.io import DataError
+from agentrl.core.io import DataError
 from agentrl.train.models import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def sft_config(preset: dict | None = None, **overrides) -> SFTSettings:
     the model table; unknown keys are ignored)."""
     from dataclasses import replace
 
-    from agentrl.config import from_dict
+    from agentrl.core.config import from_dict
 
     cfg = from_dict(SFTSettings, (preset or {}).get("sft"), "sft")
     o = {k: v for k, v in overrides.items() if v is not None}
@@ -173,7 +173,7 @@ class SFTData:
 
 def load_data(settings: SFTSettings, tokenizer) -> SFTData:
     """Return the train/validation datasets of ``settings.data``, filtered by length, with counts."""
-    from agentrl.export import load_trl_dataset
+    from agentrl.data.export import load_trl_dataset
 
     template, trl_knows = _training_template(tokenizer)
     train_path = _data_file(settings.data, "train")
@@ -200,8 +200,9 @@ def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out
     from trl import SFTConfig
 
     from agentrl.train.checkpoints import gradient_checkpointing, save_args
+    from agentrl.train.models import bf16_supported, cuda_available, progress_bars
 
-    use_cpu = not _cuda()
+    use_cpu = not cuda_available()
     has_val = data is not None and data.validation is not None
     return SFTConfig(
         output_dir=str(out / "trainer"), num_train_epochs=settings.epochs, max_steps=settings.max_steps,
@@ -215,7 +216,8 @@ def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out
         eval_strategy=("steps" if settings.eval_steps else "epoch") if has_val else "no",
         eval_steps=settings.eval_steps, logging_steps=settings.logging_steps, logging_first_step=True,
         report_to=settings.report_to, seed=settings.seed, use_cpu=use_cpu,
-        bf16=not use_cpu and _bf16(), fp16=not use_cpu and not _bf16(), disable_tqdm=not _tty(),
+        bf16=not use_cpu and bf16_supported(), fp16=not use_cpu and not bf16_supported(),
+        disable_tqdm=not progress_bars(),
         dataset_num_proc=None, remove_unused_columns=True, **save_args(settings.save_steps, settings.save_total_limit),
     )
 
@@ -283,24 +285,6 @@ def run_sft(settings: SFTSettings, preset: dict | None = None, *, runs: str | Pa
     return SFTResult(metrics, loaded.model, loaded.tokenizer, out, main)
 
 
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def _bf16() -> bool:
-    import torch
-
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-
-
-def _tty() -> bool:
-    import sys
-
-    return sys.stderr.isatty()
-
-
 def save_adapter(model, tokenizer, out: Path, settings: SFTSettings) -> Path:
     """Save the LoRA adapter and tokenizer to ``out/adapter`` (with the base model's name); return the path."""
     adapter = out / "adapter"
@@ -313,8 +297,8 @@ def save_adapter(model, tokenizer, out: Path, settings: SFTSettings) -> Path:
 def inference_check(model, tokenizer, settings: SFTSettings, preset: dict, out: Path) -> dict:
     """Run the agent on held-out questions with the base model (adapter off) and with the adapter; return
     ``{"base": metrics, "sft": metrics}`` (answer metrics and tool-call quality)."""
-    from agentrl.evaluate import build_task, eval_config, load_rows, run_eval
-    from agentrl.policies.local import LocalConfig, LocalPolicy
+    from agentrl.rollout.evaluate import build_task, eval_config, load_rows, run_eval
+    from agentrl.rollout.local import LocalConfig, LocalPolicy
 
     offset = settings.check_offset
     if offset is None:
@@ -342,8 +326,8 @@ def inference_check(model, tokenizer, settings: SFTSettings, preset: dict, out: 
 def heldout_rows(rows: list[dict], data: str) -> list[dict]:
     """Return the ``rows`` whose id and normalised question appear in no split of the SFT dataset ``data``:
     a check on trained questions would measure memorisation, not the agent."""
-    from agentrl.io import iter_jsonl
-    from agentrl.metrics import normalize_answer
+    from agentrl.core.io import iter_jsonl
+    from agentrl.core.metrics import normalize_answer
 
     ids, questions = set(), set()
     for split in ("train", "validation"):
@@ -369,9 +353,11 @@ def merge_adapter(loaded, out: Path) -> Path:
         return out
     import torch
 
+    from agentrl.train.models import bf16_supported, cuda_available
+
     merged = loaded.model.merge_and_unload()
     # 16-bit for serving (vLLM loads bf16/fp16); bf16 also on CPU, where fp16 arithmetic is poorly supported
-    dtype = torch.float16 if _cuda() and not _bf16() else torch.bfloat16
+    dtype = torch.float16 if cuda_available() and not bf16_supported() else torch.bfloat16
     merged.to(dtype).save_pretrained(str(out))
     loaded.tokenizer.save_pretrained(str(out))
     return out
@@ -379,9 +365,9 @@ def merge_adapter(loaded, out: Path) -> Path:
 
 def write_run(out: Path, settings: SFTSettings, metrics: dict, train_path: Path) -> None:
     """Write metrics.json and manifest.json of a training run."""
-    from agentrl.config import to_dict
-    from agentrl.io import write_json
-    from agentrl.manifest import write_manifest
+    from agentrl.core.config import to_dict
+    from agentrl.core.io import write_json
+    from agentrl.core.manifest import write_manifest
 
     write_json(out / "metrics.json", metrics)
     write_manifest(out, phase="sft", config=to_dict(settings),

@@ -1,0 +1,1 @@
+"""Application helpers: the demo, the notebooks' shared cells, the trajectory viewer."""

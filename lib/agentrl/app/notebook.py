@@ -1,0 +1,422 @@
+"""Helpers the phase notebooks share, so the notebooks stay thin and the rules live in one tested place.
+
+A notebook runs in four places: ``marimo edit`` (interactive), ``marimo run``, ``python notebooks/x.py``
+(script) and as an exported ipynb in Jupyter/Colab, where ``mo.cli_args()`` raises and
+``mo.app_meta().mode`` is None. Expensive cells are gated by a run button only where a person can press it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentrl.core.config import REPO_ROOT
+
+
+def cli_args() -> dict:
+    """Return the notebook's arguments: ``python nb.py -- --name x`` under marimo; in Jupyter (no command line)
+    the ``AGENTRL_NB_ARGS`` environment variable (same ``--key value`` syntax); else {}."""
+    try:
+        import marimo as mo
+
+        args = dict(mo.cli_args())
+    except Exception:  # Jupyter / exported scripts: no marimo context
+        args = {}
+    return args or parse_args(os.environ.get("AGENTRL_NB_ARGS", ""))
+
+
+def parse_args(text: str) -> dict:
+    """Return ``{"key": value}`` from ``--key value`` pairs (numbers converted, dashes in keys become underscores)."""
+    import shlex
+
+    out, tokens = {}, shlex.split(text)
+    for i, tok in enumerate(tokens):
+        if tok.startswith("--"):
+            value = tokens[i + 1] if i + 1 < len(tokens) and not tokens[i + 1].startswith("--") else "true"
+            for cast in (int, float):
+                try:
+                    value = cast(value)
+                    break
+                except ValueError:
+                    continue
+            out[tok[2:].replace("-", "_")] = value
+    return out
+
+
+def interactive() -> bool:
+    """Return True in ``marimo edit`` / ``marimo run``, where a person presses buttons."""
+    return _marimo_mode() in ("edit", "run")
+
+
+def should_run(button) -> bool:
+    """Return True when a gated cell should run: its button was pressed, or nobody is there to press it."""
+    return not interactive() or bool(getattr(button, "value", False))
+
+
+def use_repo_root() -> Path:
+    """Change into the working directory (``AGENTRL_WORKDIR``, else the repository root, where configs/ and
+    data/ live) and return it."""
+    target = Path(os.environ.get("AGENTRL_WORKDIR") or REPO_ROOT)
+    if (target / "configs").is_dir() and Path.cwd() != target:
+        os.chdir(target)
+    return Path.cwd()
+
+
+def arg(args: dict, name: str, default):
+    """Return ``args[name]`` converted to the type of ``default`` (marimo passes numbers already converted)."""
+    value = args.get(name, default)
+    if value is None or default is None or isinstance(value, type(default)):
+        return value
+    if isinstance(default, bool):
+        return str(value).lower() in ("1", "true", "yes")
+    return type(default)(value)
+
+
+# the preset a notebook uses on a CUDA machine when none is named: the one that fits the card (docs/colab.md)
+GPU_PRESETS = {"T4": "colab_qwen3_4b", "L4": "colab_qwen3_4b", "A100-40": "colab_qwen3_4b",
+               "A100-80": "gpu_qwen2_5_7b", "H100": "gpu_qwen2_5_7b"}
+
+
+def choose_preset(args: dict, default: str = "demo") -> tuple[dict, str]:
+    """Return ``(preset, sentence saying which and why)``: ``--config`` when given, else on a machine with an
+    NVIDIA GPU the GPU preset for its card (GPU_PRESETS), else ``default``; with a GPU the preset's
+    ``[gpu.<CARD>]`` settings are merged in. Every notebook calls it, so all five use the same preset. In Jupyter
+    it also ends an earlier :func:`stop` (the notebook is deciding again from here)."""
+    from agentrl.core.config import load_preset
+    from agentrl.train.gpu_plan import apply_card, query_gpus
+
+    _resume_cells()
+    gpus = query_gpus()
+    card = gpus[0].card if gpus else None
+    name = args.get("config") or (GPU_PRESETS[card] if card else default)
+    preset = load_preset(name)
+    if card:
+        preset = apply_card(preset, card)
+        why = "as asked (--config)" if args.get("config") else f"the GPU preset for a {card}"
+        extra = f" with its [gpu.{card}] settings" if card in (preset.get("gpu") or {}) else ""
+        return preset, f"GPU {gpus[0].name} ({card}): preset **{name}**{extra}, {why}"
+    return preset, f"no NVIDIA GPU: preset **{name}**" + ("" if args.get("config") else " (the CPU default)")
+
+
+def preset_name(preset: dict) -> str:
+    """Return the name ``--config`` takes for ``preset`` (its file's stem)."""
+    return Path(preset.get("_path", "preset")).stem
+
+
+@dataclass
+class Inputs:
+    """What a phase found missing on this runtime: the earlier steps it ran now, or why it cannot go on."""
+
+    built: list[str] = field(default_factory=list)
+    missing: str | None = None  # which earlier notebook (or command) to run first
+
+    def __str__(self) -> str:
+        return "built first: " + ", ".join(self.built) if self.built else ""
+
+
+def phase_inputs(preset: dict, phase: str, env: str | None = None) -> Inputs:
+    """Build what ``phase`` ("eval", "data", "sft" or "grpo") reads from earlier phases when a fresh runtime lacks
+    it, with the earlier phases' own library calls: the corpus + index (search), the oracle's demonstrations on
+    the training questions, the curated SFT data, and for GRPO the SFT adapter of a CPU preset (one with a
+    ``[demo]`` table: minutes). A GPU preset's SFT adapter is not trained behind the notebook's back: ``missing``
+    then names notebook 03. ``env`` (default the registry's default, search) is the environment the phase runs:
+    the corpus, index and oracle demonstrations are the default environment's pipeline. Returns an :class:`Inputs`;
+    reruns find everything and do nothing."""
+    from agentrl.envs import registry
+    from agentrl.train.grpo import grpo_config
+    from agentrl.train.sft import run_sft, sft_config
+
+    env = env or registry.DEFAULT
+    pipeline = env == registry.DEFAULT
+    out = Inputs()
+    adapter = grpo_config(preset).adapter if phase == "grpo" else None
+    need_adapter = bool(adapter) and not (Path(adapter) / "adapter_config.json").is_file()
+    if need_adapter and not preset.get("demo"):
+        out.missing = (f"The SFT adapter `{adapter}` is missing: run notebook 03 (03_sft) with the same preset first "
+                       f"(or `agentrl sft --config {preset_name(preset)}`: an SFT run of "
+                       f"`{sft_config(preset).model.name}`), then this notebook again.")
+        return out
+    need_data = (phase == "sft" or need_adapter) and not _sft_data(preset).is_file()
+    oracle = (phase == "data" and pipeline or need_data) and not existing_runs(preset)
+    if pipeline and phase in ("eval", "grpo") or phase == "sft" or need_adapter or oracle:
+        _index(preset, out)  # SFT's check and the oracle search it too
+    if oracle:
+        oracle_demonstrations(preset)
+        out.built.append("01 oracle demonstrations")
+    if need_data:
+        data = Path(sft_config(preset).data)
+        if data.suffix == ".jsonl":
+            out.missing = f"The SFT data `{data}` is missing: run notebook 02 (02_trajectories) first."
+            return out
+        curate_runs(preset, existing_runs(preset), data)
+        out.built.append("02 curated SFT data")
+    if need_adapter:
+        run_sft(sft_config(preset), preset)
+        out.built.append("03 SFT adapter")
+    return out
+
+
+def _index(preset: dict, out: Inputs) -> None:
+    from agentrl.data.pipeline import corpus_and_index, corpus_paths
+
+    if not (corpus_paths(preset)[1] / "index.json").exists():
+        corpus_and_index(preset, progress=False)
+        out.built.append("00 corpus + index")
+
+
+def _sft_data(preset: dict) -> Path:
+    from agentrl.train.sft import sft_config
+
+    data = Path(sft_config(preset).data)
+    return data if data.suffix == ".jsonl" else data / "trl" / "train.jsonl"
+
+
+def oracle_name(preset: dict) -> str:
+    """Return the run name of the preset's oracle demonstrations: its ``[eval]`` name when the preset evaluates
+    with the oracle (the demo), else "oracle"."""
+    ev = preset.get("eval") or {}
+    return ev.get("name", "oracle") if ev.get("policy") == "oracle" else "oracle"
+
+
+def existing_runs(preset: dict) -> list[str]:
+    """Return the evaluation runs of ``preset`` on disk that phase 02 curates: its own ``[eval]`` run (a served
+    model's trajectories) and the oracle's demonstrations."""
+    names = dict.fromkeys([(preset.get("eval") or {}).get("name", "eval"), oracle_name(preset)])
+    return [f"runs/eval/{n}" for n in names if (Path("runs") / "eval" / n / "trajectories.jsonl").is_file()]
+
+
+def demonstration_limit(preset: dict) -> int:
+    """Return how many questions (from the first) the oracle demonstrates: ``[demo] train_questions``, else all
+    but the last ``[grpo] eval_questions`` (GRPO's held-out questions; SFT's check then finds unseen ones)."""
+    from agentrl.rollout.evaluate import eval_config, load_rows
+    from agentrl.train.grpo import grpo_config
+
+    if (preset.get("demo") or {}).get("train_questions"):
+        return int(preset["demo"]["train_questions"])
+    rows = load_rows(eval_config(preset, offset=0, limit=None), preset)
+    return max(1, len(rows) - max(0, grpo_config(preset).eval_questions))
+
+
+def oracle_config(preset: dict, **overrides):
+    """Return the EvalConfig of the preset's oracle demonstrations (``overrides`` as in eval_config)."""
+    from agentrl.rollout.evaluate import eval_config
+
+    base = {"name": oracle_name(preset), "policy": "oracle", "offset": 0, "limit": demonstration_limit(preset)}
+    return eval_config(preset, **{**base, **{k: v for k, v in overrides.items() if v is not None}})
+
+
+def oracle_demonstrations(preset: dict) -> dict:
+    """Run (or resume) the oracle over the training questions of ``preset`` (gold evidence replayed through the
+    real search tool); return its metrics."""
+    from agentrl.rollout.evaluate import run_eval
+
+    return run_eval(oracle_config(preset), preset, resume=True)
+
+
+def curate_runs(preset: dict, runs: list[str], out: Path) -> dict:
+    """Curate ``runs`` with the preset's ``[data]`` settings into ``out`` and export every format; return
+    ``{"report": ..., "counts": ...}``."""
+    from agentrl.data.curate import curate, data_config
+    from agentrl.data.export import FORMATS, export
+
+    report = curate(runs, data_config(preset), out)
+    return {"report": report, "counts": export(out, FORMATS)}
+
+
+def endpoint_up(base_url: str, timeout: float = 3.0) -> bool:
+    """Return True when a server answers ``GET <base_url>/models`` (any HTTP status: a 401 is a server too)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(base_url.rstrip("/") + "/models", timeout=timeout).close()
+        return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+# vLLM 0.30 sizes a request by the model's context (262,144 tokens for Qwen3-4B-Instruct-2507: 36 GiB of KV cache)
+# and refuses to start when one does not fit; the agent needs far less
+SERVE_MAX_MODEL_LEN = 16384
+
+
+def serve_command(model: str, adapter: str | None = None) -> str:
+    """Return the ``vllm serve`` line for ``model`` (with the LoRA ``adapter`` as model "agent"): hermes tool
+    calls for the agent's ``tools`` (vLLM rejects tool_choice "auto" without them), a bounded context, and LoRA
+    slots of rank 64 (vLLM's default limit is 16; the presets train r 64)."""
+    lora = f" --enable-lora --max-lora-rank 64 --lora-modules agent={adapter}" if adapter else ""
+    return (f"vllm serve {model}{lora} --enable-auto-tool-choice --tool-call-parser hermes "
+            f"--max-model-len {SERVE_MAX_MODEL_LEN}")
+
+
+def stop(message: str) -> None:
+    """Stop the notebook here with ``message`` and no error. Under marimo (edit, run, ``python nb.py``) the cell
+    stops and its descendants do not run. In Jupyter every later cell runs as a one-line note instead (an IPython
+    input transformer) until the cell that calls :func:`choose_preset` runs again; "Run all" thus ends cleanly."""
+    import marimo as mo
+
+    print(message)
+    if _marimo_mode():
+        mo.stop(True, mo.md(message))
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if shell is None:  # plain Python, neither marimo nor IPython: nothing else would stop the script
+        raise SystemExit(0)
+    note = "print(" + repr("skipped (an earlier cell stopped): " + message.splitlines()[0]) + ")\n"
+
+    def skip(lines: list[str]) -> list[str]:
+        return lines if any(_RESUME in line for line in lines) else [note]
+
+    skip.agentrl_stop = True
+    _resume_cells()
+    shell.input_transformers_post.append(skip)
+
+
+_RESUME = "nb.choose_preset("  # the cell that decides again runs even while later cells are skipped
+
+
+def _resume_cells() -> None:
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        return
+    if shell is not None:
+        shell.input_transformers_post[:] = [t for t in shell.input_transformers_post
+                                            if not getattr(t, "agentrl_stop", False)]
+
+
+def _marimo_mode() -> str | None:
+    # "test" is marimo's guess from PYTEST_CURRENT_TEST alone (a Jupyter kernel started by a test inherits it):
+    # only a real marimo context (edit, run, script) counts
+    try:
+        import marimo as mo
+
+        mode = mo.app_meta().mode
+    except Exception:
+        return None
+    return mode if mode in ("edit", "run", "script") else None
+
+
+# the models a notebook offers besides the preset's own: both work offline on CPU
+MODEL_CHOICES = {"preset's model": "", "tiny (random 0.8M, seconds)": "runs/models/tiny",
+                 "SmolLM2-135M-Instruct (pretrained, offline)": "runs/models/smollm2-135m-instruct"}
+
+
+def model_dropdown(args: dict, label: str = "model"):
+    """Return a marimo dropdown over MODEL_CHOICES; its value is a model directory ("" = the preset's).
+    ``--model tiny`` / ``--model smollm2`` (or a directory) preselects one."""
+    import marimo as mo
+
+    wanted = str(arg(args, "model", "") or "")
+    value = next((k for k, v in MODEL_CHOICES.items() if wanted and (wanted == v or wanted in k.lower())),
+                 "preset's model")
+    return mo.ui.dropdown(MODEL_CHOICES, value=value, label=label)
+
+
+def prepared_model(path: str) -> str | None:
+    """Return ``path`` after building it when it is the tiny or the SmolLM2 directory and missing; None for ""."""
+    if not path:
+        return None
+    from agentrl.train.smol import ensure_model
+    from agentrl.train.tiny import ensure_tiny_model
+
+    if Path(path).name == "tiny":
+        ensure_tiny_model(path)
+    return ensure_model(path)
+
+
+def adapter_for(adapter: str | None, model: str | None) -> str | None:
+    """Return ``adapter`` when it was trained on ``model`` (its base_model.txt says so) or no model is chosen;
+    else None, so a different base model starts from a fresh LoRA instead of loading a mismatched adapter."""
+    if not adapter or not model:
+        return adapter
+    base = Path(adapter) / "base_model.txt"
+    return adapter if base.is_file() and base.read_text().strip() == model else None
+
+
+def default_env() -> str:
+    """Return the default environment's name (the corpus -> SFT -> GRPO pipeline's: search)."""
+    from agentrl.envs import registry
+
+    return registry.DEFAULT
+
+
+def env_choices(*, evaluable: bool | None = True) -> tuple[str, ...]:
+    """Return the environments a notebook offers: the registry's (those ``agentrl eval`` runs on their own, by
+    default)."""
+    from agentrl.envs import registry
+
+    return registry.names(evaluable=evaluable)
+
+
+def env_dropdown(args: dict, choices=None, default: str | None = None, label: str = "environment"):
+    """Return a marimo dropdown over the environments ``choices`` (default :func:`env_choices`); ``--env``
+    preselects one (else ``default``, the registry's default): a registered name, or a user's environment
+    (``path/to/my_env.py`` or ``package.module[:attr]``), which joins the choices. An ``--env`` that is neither is a
+    DataError naming the choices."""
+    import marimo as mo
+
+    from agentrl.core.io import DataError
+    from agentrl.envs import registry
+
+    choices = list(choices or env_choices())
+    value = str(arg(args, "env", "") or default or registry.DEFAULT)
+    if value not in choices:
+        try:
+            value = registry.get(value).name  # a user's environment file or module
+        except DataError:
+            raise DataError(f"--env {value!r}: choose from {', '.join(choices)} (or a path/to/my_env.py)") from None
+        choices.append(value)
+    return mo.ui.dropdown(choices, value=value, label=label)
+
+
+def reward_samples(task, row: dict) -> dict[str, tuple]:
+    """Return three sample episodes of ``row`` as ``{label: (prompt, completion, env, golden_answers)}``, each env
+    in the state its completion left it: the oracle's (its plan's tool calls run on a real env), the oracle's final
+    answer without any tool call, and a broken tool call. For a reward table that shows what each reward pays."""
+    from agentrl.core.aio import run_sync
+    from agentrl.envs.base import tool_methods
+    from agentrl.rollout.agent import run_episode
+    from agentrl.rollout.oracle import OraclePolicy
+
+    played_env = task.make_env()
+    traj = run_sync(run_episode(OraclePolicy(task.oracle_plan), task, row, max_turns=30, env=played_env))
+    played = traj["messages"][2:]  # after the system and user messages: what GRPO calls the completion
+    tool = next(iter(sorted(tool_methods(played_env))), "tool")
+    samples = {"oracle: tools, then the answer": played,
+               "the same answer without any tool call": [{"role": "assistant", "content": played[-1]["content"]}],
+               "a broken tool call": [{"role": "assistant", "content": f'<tool_call>{{"name": "{tool}", "argu'}]}
+    prompt = traj["messages"][:2]
+    out = {}
+    for label, completion in samples.items():
+        env = played_env if completion is played else task.make_env()
+        if env is not played_env:
+            env.reset(**row)
+        out[label] = (prompt, completion, env, row.get("golden_answers"))
+    return out
+
+
+def reward_table(funcs, samples: dict[str, tuple]) -> dict[str, list]:
+    """Return ``{"completion": labels, <reward name>: values}``: each reward function on each sample episode
+    (async ones, the judge, are run to completion)."""
+    import inspect
+
+    from agentrl.core.aio import run_sync
+
+    table: dict[str, list] = {"completion": list(samples)}
+    for f in funcs:
+        values = []
+        for prompt, completion, env, gold in samples.values():
+            got = f([prompt], [completion], environments=[env], golden_answers=[gold])
+            values.append((run_sync(got) if inspect.isawaitable(got) else got)[0])
+        table[getattr(f, "__name__", "reward")] = values
+    return table

@@ -1,0 +1,1 @@
+"""Core: presets and typed configs, file I/O, manifests, the event loop, answer metrics and the chat protocol."""

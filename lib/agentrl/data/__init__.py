@@ -1,0 +1,1 @@
+"""Data: corpora from QA sets, trajectory loading and statistics, curation, export, seed imports."""
