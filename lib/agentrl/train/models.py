@@ -42,7 +42,7 @@ class ModelConfig:
     backend: str = "auto"  # auto | unsloth | transformers
     max_seq_length: int = 4096
     load_in_4bit: bool = False
-    dtype: str = "auto"  # auto = bf16 on a GPU that supports it, else fp32
+    dtype: str = "auto"  # auto = bf16 on a GPU with native bf16, fp16 on others (T4), fp32 on CPU
     gradient_checkpointing: bool = False
     fast_inference: bool = False  # Unsloth only: a colocated vLLM engine for GRPO generation
     gpu_memory_utilization: float = 0.5  # share of GPU memory that vLLM may take (fast_inference)
@@ -128,6 +128,41 @@ def adapter_rank(adapter: str | None) -> int | None:
     return int(json.loads((Path(adapter) / "adapter_config.json").read_text()).get("r") or 0) or None
 
 
+# transformers' bitsandbytes optimisers of the AdamW family: torch's AdamW trains the same without the 8-bit state
+BNB_ADAMW = ("adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
+BNB_OTHER = ("ademamix", "ademamix_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit", "lion_8bit", "lion_32bit",
+             "paged_lion_32bit", "paged_lion_8bit", "rmsprop_bnb", "rmsprop_bnb_8bit", "rmsprop_bnb_32bit")
+
+
+def bitsandbytes_fallback(settings):
+    """Return ``settings`` (SFTSettings or GRPOSettings) as they can run here: without bitsandbytes (e.g.
+    ``AGENTRL_GPU_STACK=none`` on a runtime that lacks it) an AdamW 8-bit or paged optimiser becomes adamw_torch and
+    ``load_in_4bit`` 16-bit weights, with ONE warning line saying what changed (the run's manifest records what ran);
+    another bitsandbytes optimiser (Lion, AdEMAMix, RMSprop) is a DataError. Unchanged when bitsandbytes is
+    importable."""
+    from dataclasses import replace
+
+    if importlib.util.find_spec("bitsandbytes") is not None:
+        return settings
+    if settings.optim in BNB_OTHER:
+        from agentrl.core.io import DataError
+
+        raise DataError(f"optim = {settings.optim!r} needs bitsandbytes, which is not installed: pip install "
+                        "bitsandbytes, or choose an optimiser torch has (adamw_torch)")
+    changes = {}
+    if settings.optim in BNB_ADAMW:
+        changes["optim"] = "adamw_torch"
+    if settings.model.load_in_4bit:
+        changes["model"] = replace(settings.model, load_in_4bit=False)
+    if not changes:
+        return settings
+    what = [f"optim {settings.optim} -> adamw_torch" if "optim" in changes else "",
+            "load_in_4bit -> 16-bit weights (more GPU memory: agentrl gpu-plan)" if "model" in changes else ""]
+    log.warning("bitsandbytes is not installed: %s (install bitsandbytes to train as the preset says)",
+                ", ".join(w for w in what if w))
+    return replace(settings, **changes)
+
+
 def cuda_available() -> bool:
     """Return whether a CUDA GPU is usable."""
     import torch
@@ -135,11 +170,15 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def bf16_supported() -> bool:
-    """Return whether training on this machine's GPU uses bf16 (else fp16 with a loss scaler; False without a GPU)."""
-    import torch
+def cuda_precision() -> dict[str, bool]:
+    """Return the Trainer's ``bf16`` / ``fp16`` flags for this machine's GPU: bf16 where it is native (compute
+    capability >= 8.0), else fp16, which the Trainer runs with a loss scaler (T4-class cards); both False without
+    CUDA."""
+    from agentrl.core.device import cuda_native_bf16
 
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    cuda = cuda_available()
+    native = cuda and cuda_native_bf16()
+    return {"bf16": native, "fp16": cuda and not native}
 
 
 def progress_bars() -> bool:
@@ -152,11 +191,11 @@ def progress_bars() -> bool:
 def _dtype(cfg: ModelConfig):
     import torch
 
-    if cfg.dtype not in ("auto", None):
-        return getattr(torch, cfg.dtype)
     if torch.cuda.is_available():
-        return torch.bfloat16 if bf16_supported() else torch.float16
-    return torch.float32
+        from agentrl.core.device import cuda_dtype
+
+        return cuda_dtype(cfg.dtype, log)
+    return getattr(torch, cfg.dtype) if cfg.dtype not in ("auto", None) else torch.float32
 
 
 def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | None = None,
@@ -191,18 +230,26 @@ def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | Non
     return _load_transformers(cfg, lora, reason, adapter)
 
 
-def _load_unsloth(cfg: ModelConfig, lora: bool, reason: str, adapter: str | None = None) -> LoadedModel:
-    from unsloth import FastLanguageModel
+def unsloth_load_args(cfg: ModelConfig, adapter: str | None = None) -> dict:
+    """Return the keyword arguments of Unsloth's ``FastLanguageModel.from_pretrained`` for ``cfg``: on CUDA the dtype
+    agentrl picks (bf16 only where native, fp16 on a T4), else Unsloth's own choice (None)."""
+    import torch
 
-    checkpointing = unsloth_checkpointing(cfg)
     # vLLM reserves LoRA slots of max_lora_rank: it must cover the adapter GRPO continues from (SFT used r 64)
     rank = max(cfg.lora.r, adapter_rank(adapter) or 0)
     extra = {"fast_inference": True, "gpu_memory_utilization": cfg.gpu_memory_utilization,
              "max_lora_rank": rank} if cfg.fast_inference else {}
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=str(adapter or cfg.name), max_seq_length=cfg.max_seq_length, dtype=None,
-        load_in_4bit=cfg.load_in_4bit, load_in_16bit=not cfg.load_in_4bit, use_gradient_checkpointing=checkpointing,
-        **extra)
+    dtype = _dtype(cfg) if torch.cuda.is_available() or cfg.dtype not in ("auto", None) else None
+    return {"model_name": str(adapter or cfg.name), "max_seq_length": cfg.max_seq_length, "dtype": dtype,
+            "load_in_4bit": cfg.load_in_4bit, "load_in_16bit": not cfg.load_in_4bit,
+            "use_gradient_checkpointing": unsloth_checkpointing(cfg), **extra}
+
+
+def _load_unsloth(cfg: ModelConfig, lora: bool, reason: str, adapter: str | None = None) -> LoadedModel:
+    from unsloth import FastLanguageModel
+
+    checkpointing = unsloth_checkpointing(cfg)
+    model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_load_args(cfg, adapter))
     if adapter is not None:  # Unsloth loads base + adapter from the adapter directory
         for name, param in model.named_parameters():
             param.requires_grad_("lora_" in name)

@@ -200,7 +200,7 @@ def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out
     from trl import SFTConfig
 
     from agentrl.train.checkpoints import gradient_checkpointing, save_args
-    from agentrl.train.models import bf16_supported, cuda_available, progress_bars
+    from agentrl.train.models import cuda_available, cuda_precision, progress_bars
 
     use_cpu = not cuda_available()
     has_val = data is not None and data.validation is not None
@@ -216,8 +216,7 @@ def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out
         eval_strategy=("steps" if settings.eval_steps else "epoch") if has_val else "no",
         eval_steps=settings.eval_steps, logging_steps=settings.logging_steps, logging_first_step=True,
         report_to=settings.report_to, seed=settings.seed, use_cpu=use_cpu,
-        bf16=not use_cpu and bf16_supported(), fp16=not use_cpu and not bf16_supported(),
-        disable_tqdm=not progress_bars(),
+        **cuda_precision(), disable_tqdm=not progress_bars(),
         dataset_num_proc=None, remove_unused_columns=True, **save_args(settings.save_steps, settings.save_total_limit),
     )
 
@@ -269,6 +268,9 @@ def run_sft(settings: SFTSettings, preset: dict | None = None, *, runs: str | Pa
 
     Under ``accelerate launch`` every process trains; only the main one writes files and runs the check.
     """
+    from agentrl.train.models import bitsandbytes_fallback
+
+    settings = bitsandbytes_fallback(settings)
     out = Path(runs) / "sft" / settings.name
     loaded = load_model(settings)
     data = load_data(settings, loaded.tokenizer)
@@ -353,11 +355,13 @@ def merge_adapter(loaded, out: Path) -> Path:
         return out
     import torch
 
-    from agentrl.train.models import bf16_supported, cuda_available
+    from agentrl.core.device import cuda_native_bf16
+    from agentrl.train.models import cuda_available
 
     merged = loaded.model.merge_and_unload()
-    # 16-bit for serving (vLLM loads bf16/fp16); bf16 also on CPU, where fp16 arithmetic is poorly supported
-    dtype = torch.float16 if cuda_available() and not bf16_supported() else torch.bfloat16
+    # 16-bit for serving (vLLM loads bf16/fp16); fp16 on a GPU without native bf16 (T4); bf16 on CPU, where fp16
+    # arithmetic is poorly supported
+    dtype = torch.float16 if cuda_available() and not cuda_native_bf16() else torch.bfloat16
     merged.to(dtype).save_pretrained(str(out))
     loaded.tokenizer.save_pretrained(str(out))
     return out
