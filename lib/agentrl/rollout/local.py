@@ -91,10 +91,12 @@ class LocalPolicy:
         enc = {"input_ids": torch.tensor(rows, device=device), "attention_mask": torch.tensor(masks, device=device)}
         sample = self.cfg.temperature > 0
         with torch.no_grad():
+            # synced_gpus=False: in a distributed run each rank generates alone on full weights (agentrl.train.
+            # rank_eval); transformers would otherwise sync every token with the other ranks of an FSDP model
             out = self.model_obj.generate(**enc, past_key_values=cache, max_new_tokens=self.cfg.max_new_tokens,
                                           do_sample=sample, temperature=self.cfg.temperature if sample else None,
                                           top_p=self.cfg.top_p if sample else None, top_k=None, use_cache=True,
-                                          pad_token_id=self.tokenizer.pad_token_id)
+                                          pad_token_id=self.tokenizer.pad_token_id, synced_gpus=False)
         self.batch_sizes.append(len(requests))
         latency = time.perf_counter() - start
         width = enc["input_ids"].shape[1]

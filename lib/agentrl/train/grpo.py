@@ -361,42 +361,55 @@ def _main_process() -> bool:
 
 
 def agent_eval(model, tokenizer, settings: GRPOSettings, task, preset: dict, out: Path, step: int,
-               rows: list[dict]) -> dict:
-    """Run the agent loop with the current policy on the held-out ``rows``; return its headline metrics."""
+               rows: list[dict], trainer=None) -> dict | None:
+    """Run the agent loop with the current policy on the held-out ``rows``; return its headline metrics. In a
+    distributed run every rank must call it: each evaluates its share (agentrl.train.rank_eval) and the main process
+    returns the metrics of all rows, the others None."""
     from agentrl.rollout.evaluate import eval_config, run_eval
     from agentrl.rollout.local import LocalConfig, LocalPolicy
+    from agentrl.train.rank_eval import evaluate_on_every_rank
 
     cfg = eval_config(preset, env=settings.env, policy="local", **{k: getattr(settings, k) for k in EPISODE_KEYS})
     families = settings.mixture if registry.get(settings.env).routes else [settings.env]
     cfg.run.max_turns = max(cfg.run.max_turns, *(registry.get(f).min_turns for f in families))
+
+    def run(share: list[dict], out_dir: Path, generator) -> dict:
+        policy = LocalPolicy(LocalConfig(model=settings.model.name, max_new_tokens=settings.eval_max_new_tokens),
+                             model=generator, tokenizer=tokenizer)
+        policy.model = f"grpo:{settings.name}@{step}"
+        return run_eval(cfg, preset, overwrite=True, policy=policy, task=task, out_dir=out_dir, rows=share)
+
     was_training = model.training
     model.eval()
-    policy = LocalPolicy(LocalConfig(model=settings.model.name, max_new_tokens=settings.eval_max_new_tokens),
-                         model=model, tokenizer=tokenizer)
-    policy.model = f"grpo:{settings.name}@{step}"
     try:
-        m = run_eval(cfg, preset, overwrite=True, policy=policy, task=task, out_dir=out / f"step_{step}", rows=rows)
+        m = evaluate_on_every_rank(run, rows, out / f"step_{step}", model, trainer)
     finally:
         if was_training:
             model.train()
+    if m is None:
+        return None
     keys = ("f1", "em", "acc", "judge", "exec")
     return {"step": step, "n": m["n"], **{k: m["overall"][k] for k in keys if k in m["overall"]}, **m["tools"]}
 
 
 def eval_callback(settings: GRPOSettings, task, preset: dict, out: Path, results: list, rows: list[dict]):
-    """Return a TrainerCallback that evaluates the policy on ``rows`` every ``settings.eval_every`` steps and
-    writes the evaluations so far to ``out/evals.json`` (a resumed run reads them back)."""
+    """Return a TrainerCallback that evaluates the policy on ``rows`` every ``settings.eval_every`` steps, on every
+    rank (agent_eval), and writes the evaluations so far to ``out/evals.json`` (a resumed run reads them back). Set
+    its ``trainer`` to the trainer it is given to (DeepSpeed gathers parameters through it)."""
     from transformers import TrainerCallback
 
     from agentrl.core.io import write_json
 
     class AgentEval(TrainerCallback):
+        trainer = None
+
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-            if settings.eval_every and rows and state.global_step % settings.eval_every == 0 \
-                    and state.is_world_process_zero:
-                results.append(agent_eval(model, processing_class, settings, task, preset, out / "eval",
-                                          state.global_step, rows))
-                write_json(out / "evals.json", results)
+            if settings.eval_every and rows and state.global_step % settings.eval_every == 0:
+                m = agent_eval(model, processing_class, settings, task, preset, out / "eval", state.global_step,
+                               rows, self.trainer)
+                if m is not None:
+                    results.append(m)
+                    write_json(out / "evals.json", results)
 
     return AgentEval()
 
@@ -449,9 +462,11 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
     when ``overwrite``), evaluate along the way and at the end, save the adapter; return a GRPOResult."""
     from agentrl.train.checkpoints import prepare
     from agentrl.train.models import bitsandbytes_fallback, load_for_training
+    from agentrl.train.rank_eval import check_launch, main_decides
 
     preset = preset or {}
     settings = bitsandbytes_fallback(settings)
+    check_launch(settings.eval_questions)
     out = Path(runs) / "grpo" / settings.name
     loaded = load_for_training(settings.model, adapter=settings.adapter, seed=settings.seed)
     loaded.tokenizer.padding_side = "left"  # generation pads on the left
@@ -463,8 +478,9 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
     if checkpoint is None and _main_process():
         (out / "evals.json").unlink(missing_ok=True)  # an earlier run's: a later --resume must not read it
     evals = resumed_evals(out, checkpoint)
-    trainer = make_trainer(settings, loaded, task, rows, out,
-                           [eval_callback(settings, task, preset, out, evals, held_out), *callbacks])
+    evaluator = eval_callback(settings, task, preset, out, evals, held_out)
+    trainer = make_trainer(settings, loaded, task, rows, out, [evaluator, *callbacks])
+    evaluator.trainer = trainer
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.perf_counter() - start
@@ -475,10 +491,13 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
                "train_rows": len(rows), "heldout_ids": [r["id"] for r in held_out],
                "resumed_from": checkpoint.name if checkpoint else None,
                **summarize(trainer.state.log_history, names)}
+    # every rank takes part in the final evaluation; the main process knows whether the last step had one
+    if main_decides(bool(held_out) and not (evals and evals[-1]["step"] == trainer.state.global_step)):
+        final = agent_eval(trainer.model, loaded.tokenizer, settings, task, preset, out / "eval",
+                           trainer.state.global_step, held_out, trainer)
+        if final is not None:
+            evals.append(final)
     if main:
-        if held_out and not (evals and evals[-1]["step"] == trainer.state.global_step):
-            evals.append(agent_eval(trainer.model, loaded.tokenizer, settings, task, preset, out / "eval",
-                                    trainer.state.global_step, held_out))
         metrics["evals"] = evals
         trainer.model.save_pretrained(str(out / "adapter"))
         loaded.tokenizer.save_pretrained(str(out / "adapter"))
