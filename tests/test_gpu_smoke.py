@@ -1,6 +1,9 @@
 """scripts/gpu_smoke.sh runs only on a GPU machine; here: its syntax, shellcheck, the plan it prints with each
-step's time limit, and a step that runs over its time killed and reported as a failed TIMEOUT row."""
+step's time limit (its own environment, the exported notebooks' setup cell, the T4-shaped SFT and GRPO with a kill
+and --resume, TRL's colocated vLLM, the environment's vllm), a step that runs over its time killed and reported as a
+failed TIMEOUT row, and the presets it runs."""
 
+import os
 import shutil
 import subprocess
 
@@ -23,21 +26,29 @@ def test_shell_scripts_parse_and_pass_shellcheck(script):
 def test_gpu_smoke_dry_run_prints_every_step_and_runs_nothing():
     logs = ROOT / "runs" / "gpu_smoke"
     existed = logs.exists()
+    env = {k: v for k, v in os.environ.items() if k != "SMOKE_PYTHON"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_smoke.sh"), "--dry-run"], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
-    assert [r[0] for r in rows] == ["install", "data", "sft", "grpo", "serve", "eval"]
-    assert sum(int(r[1]) for r in rows) <= 900 and "deadline 900 s" in proc.stdout  # the 15 minutes it promises
-    assert "--max-lora-rank 64" in proc.stdout and "--limit 20" in proc.stdout and "agentrl.colab setup" in proc.stdout
+    rows = {line.split()[0]: line.split(None, 3)[1:] for line in proc.stdout.splitlines()[1:]}
+    assert list(rows) == ["env", "install", "data", "sft", "grpo", "resume", "grpo-trl", "serve", "eval"]
+    assert sum(int(r[0]) for r in rows.values()) <= 1200 and "deadline 1200 s" in proc.stdout  # its 20 minutes
+    venv_python = str(ROOT / "runs" / "gpu_smoke" / "venv" / "bin" / "python")
+    assert rows["env"][2] == "uv venv --python 3.12 runs/gpu_smoke/venv"  # its own Python, not the machine's
+    assert "export_to_ipynb.sh --bundle" in rows["install"][2] and "setup cell" in rows["install"][2]
+    assert rows["sft"][2].startswith(f"{venv_python} -m agentrl.cli sft --config configs/gpu_smoke.toml")
+    assert "--gpu" not in rows["sft"][2] + rows["grpo"][2]  # the detected card's table applies
+    assert "kill -9" in rows["grpo"][2] and "--resume" in rows["resume"][2]
+    assert "configs/gpu_smoke_trl.toml" in rows["grpo-trl"][2]
+    assert rows["serve"][2].startswith(f"{ROOT / 'runs' / 'gpu_smoke' / 'venv' / 'bin' / 'vllm'} serve ")
+    assert "--max-lora-rank 64" in proc.stdout and "--limit 20" in proc.stdout
     assert logs.exists() == existed  # the dry run wrote nothing
 
 
 def test_a_step_that_runs_over_its_time_is_killed_and_reported_as_a_failed_timeout_row(tmp_path):
-    """A copy of the script on a machine whose nvidia-smi and Python are stand-ins: the install step's "Python"
-    sleeps for a minute, the run's deadline is 2 s, so the step is killed at 2 s and every later step is skipped."""
-    import os
-
+    """A copy of the script on a machine whose nvidia-smi and Python are stand-ins: the first step asks the given
+    "Python" its version and it sleeps for a minute, the run's deadline is 2 s, so the step is killed at 2 s and
+    every later step is skipped."""
     shutil.copytree(ROOT / "scripts", tmp_path / "scripts")
     shutil.copytree(ROOT / "configs", tmp_path / "configs")
     bin_dir = tmp_path / "bin"
@@ -52,9 +63,9 @@ def test_a_step_that_runs_over_its_time_is_killed_and_reported_as_a_failed_timeo
                           text=True, timeout=50)
     table = {line.split()[0]: line.split()[1] for line in proc.stdout.split("step ")[-1].splitlines()[1:]}
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert table == {"install": "TIMEOUT", "data": "SKIP", "sft": "SKIP", "grpo": "SKIP", "serve": "SKIP",
-                     "eval": "SKIP", "total": "FAIL"}
-    assert (tmp_path / "runs" / "gpu_smoke" / "install.log").exists()
+    assert table == {"env": "TIMEOUT", "install": "SKIP", "data": "SKIP", "sft": "SKIP", "grpo": "SKIP",
+                     "resume": "SKIP", "grpo-trl": "SKIP", "serve": "SKIP", "eval": "SKIP", "total": "FAIL"}
+    assert (tmp_path / "runs" / "gpu_smoke" / "env.log").exists()
 
 
 def test_gpu_smoke_refuses_unknown_arguments():
@@ -62,13 +73,28 @@ def test_gpu_smoke_refuses_unknown_arguments():
     assert proc.returncode == 2 and "unknown argument" in proc.stderr
 
 
-def test_gpu_smoke_preset_steps_match_what_the_script_checks():
+def test_gpu_smoke_presets_are_t4_shaped_and_match_what_the_script_checks():
+    """The smoke trains as colab_qwen3_4b does on a T4 (4-bit SFT with merge, 4-bit GRPO with fast_inference), on
+    every card: each card has a table, so the detected card's applies, and each fits (agentrl gpu-plan)."""
     from agentrl.core.config import load_preset
+    from agentrl.train.gpu_plan import CARDS, apply_card, plans
     from agentrl.train.grpo import grpo_config
     from agentrl.train.sft import sft_config
 
     preset = load_preset("gpu_smoke")
     sft, grpo = sft_config(preset), grpo_config(preset)
-    assert (sft.max_steps, grpo.max_steps, sft.model.backend, grpo.model.fast_inference) == (20, 5, "unsloth", True)
+    assert (sft.max_steps, sft.save_steps, sft.merge, sft.model.backend, sft.model.load_in_4bit) == (
+        20, 10, True, "unsloth", True)
+    assert (grpo.max_steps, grpo.save_steps, grpo.model.load_in_4bit, grpo.model.fast_inference) == (4, 2, True, True)
     assert grpo.adapter == f"runs/sft/{sft.name}/adapter" and sft.name == "gpu-smoke"
     assert preset["eval"]["endpoint"]["model"] == "smoke"
+    t4 = apply_card(load_preset("colab_qwen3_4b"), "T4")
+    assert (sft_config(t4).model.load_in_4bit, grpo_config(t4).model.load_in_4bit,
+            grpo_config(t4).model.fast_inference, sft_config(t4).merge) == (True, True, True, True)
+    assert set(preset["gpu"]) == set(CARDS)
+    for card in CARDS:
+        assert all(p.fits for p in plans(apply_card(preset, card), card)), card
+    trl = grpo_config(load_preset("gpu_smoke_trl"))
+    assert (trl.model.backend, trl.use_vllm, trl.vllm_mode, trl.max_steps, trl.name) == (
+        "transformers", True, "colocate", 2, "gpu-smoke-trl")
+    assert trl.adapter == grpo.adapter and load_preset("gpu_smoke_trl")["corpus"]["name"] == preset["corpus"]["name"]
