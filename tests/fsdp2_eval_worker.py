@@ -23,7 +23,8 @@ def main() -> int:
     model_path, index, qa, out = sys.argv[1:5]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    preset = {"eval": {"index": index, "qa": qa, "top_k": 2, "passage_chars": 120, "run": {"max_turns": 2, "concurrency": 1}}}
+    preset = {"eval": {"index": index, "qa": qa, "top_k": 2, "passage_chars": 120,
+                       "run": {"max_turns": 2, "concurrency": 1}}}
     settings = GRPOSettings(name="fsdp", model=ModelConfig(name=model_path, backend="transformers",
                                                             lora=LoraSettings(r=4, alpha=8)),
                             train_questions=10, eval_questions=3, eval_max_new_tokens=24, top_k=2, passage_chars=120)

@@ -29,8 +29,9 @@ NOTHING = {"installed": lambda name: None, "torch_build": lambda: None}
 
 def test_each_driver_class_gets_a_stack_whose_cuda_it_runs():
     choose = gpu_stack.choose_stack
-    for driver, name in [("525.60.13", "cu129"), ("550.54.15", "cu129"), ("570.172.08", "cu129"),
-                         ("580.65.05", "cu129"), ("580.65.06", "cu130"), ("580.82.07", "cu130"), ("590.44.01", "cu130")]:
+    expected = {"525.60.13": "cu129", "550.54.15": "cu129", "570.172.08": "cu129", "580.65.05": "cu129",
+                "580.65.06": "cu130", "580.82.07": "cu130", "590.44.01": "cu130"}
+    for driver, name in expected.items():
         stack, stop = choose(driver)
         assert stop is None and stack.name == name, driver
         assert gpu_stack.driver_supports(driver, stack.cuda)
@@ -113,6 +114,31 @@ def test_an_installed_pin_counts_only_as_the_build_the_stack_asks_for():
     assert gpu_stack.build_matches("2.13", "2.13.0", (13, 0)) == (True, True)
 
 
+def test_the_t4_presets_4bit_colocated_grpo_gets_what_unsloth_needs_on_every_stack():
+    """colab_qwen3_4b on a T4 trains GRPO with 4-bit weights and fast_inference (and fits: agentrl gpu-plan).
+    unsloth_zoo's load_vllm raises for that on vLLM >= 0.28 unless vllm_bnb_plugin is importable (read in its
+    source when installed): every stack with such a vLLM installs the plugin; vLLM <= 0.27.1 keeps bitsandbytes in
+    tree and must not get it (duplicate op registration)."""
+    import importlib.util
+
+    from agentrl.core.config import load_preset
+    from agentrl.train.gpu_plan import apply_card, plans
+    from agentrl.train.grpo import grpo_config
+
+    preset = apply_card(load_preset("colab_qwen3_4b"), "T4")
+    model = grpo_config(preset).model
+    assert model.load_in_4bit and model.fast_inference and all(p.fits for p in plans(preset, "T4"))
+    for stack in gpu_stack.STACKS.values():
+        vllm = tuple(int(x) for x in stack.pins["vllm"].partition("+")[0].split(".")[:2])
+        driver = "580.82.07" if stack.cuda[0] == 13 else "550.54.15"
+        d = colab.decide([GPU("Tesla T4", driver, (7, 5), 15360)], have_agentrl=True, stack=stack.name, **NOTHING)
+        assert ("vllm-bnb-plugin==0.0.3" in d.install) == (vllm >= (0, 28)), stack.name
+    zoo = importlib.util.find_spec("unsloth_zoo")
+    if zoo is not None:
+        source = (Path(zoo.origin).parent / "vllm_utils.py").read_text()
+        assert '"vllm_bnb_plugin.bitsandbytes"' in source and "vLLM >= 0.28 moved bitsandbytes out of tree" in source
+
+
 def test_the_gpu_stack_is_installed_even_when_agentrl_is_importable_and_skipped_once_complete():
     versions = dict(CU130.pins)
     partial = colab.decide([A100], have_agentrl=True, installed=lambda n: None if n == "vllm" else versions[n],
@@ -170,8 +196,26 @@ def test_plan_for_a_driver_no_stack_supports_exits_1_with_what_to_do():
     assert proc.returncode == 1 and "stop:" in proc.stderr and "AGENTRL_GPU_STACK=none" in proc.stderr
     assert ">= 525.60.13" in proc.stderr and "install" not in proc.stdout
     bad = subprocess.run([sys.executable, "-S", "-m", "agentrl.colab", "plan", "--gpu", "V100", "--driver", "550.1"],
-                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT / "lib")})
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "lib")})
     assert bad.returncode == 2 and "unknown card" in bad.stderr
+
+
+def test_the_docs_tables_of_stacks_and_of_card_by_driver_say_what_the_setup_does():
+    text = (ROOT / "docs" / "colab.md").read_text()
+    start = text.index("| card | driver 550.54.15")
+    lines = text[start:].splitlines()
+    drivers = [c.split()[1] for c in lines[0].strip("|").split("|")[1:4]]
+    assert drivers == ["550.54.15", "570.172.08", "580.82.07"]
+    for line in lines[2:6]:
+        card, *cells = (c.strip() for c in line.strip("|").split("|"))
+        for driver, cell in zip(drivers, cells[:3], strict=True):
+            d = colab.decide([colab.plan_gpu(card, driver)], have_agentrl=False, repo="/r", **NOTHING)
+            assert d.stack.name == cell, (card, driver)
+        assert ("float16 + loss scaler" in cells[3]) == (card == "T4") and ("bfloat16" in cells[3]) == (card != "T4")
+    for name, stack in gpu_stack.STACKS.items():  # every pin of every stack is in its row of the stacks table
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{name}` "))
+        assert [f"{p} {v}" for p, v in stack.pins.items() if f"{p} {v}" not in row] == [], name
 
 
 def test_a_pypi_stacks_resolution_is_checked_for_versions_cuda_runtime_and_stray_cuda_13_packages():
