@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU path end to end on a bare machine with one NVIDIA GPU, within 20 minutes on an H100 (configs/gpu_smoke.toml,
 # shaped like colab_qwen3_4b on a T4 whatever the card, and configs/gpu_smoke_trl.toml):
-#   env       its own Python 3.12 environment made with uv (runs/gpu_smoke/venv; uv installed there when missing)
+#   env       its own fresh Python 3.12 environment made with uv (runs/gpu_smoke/venv; uv >= 0.9 installed under
+#             runs/gpu_smoke/uv when the machine has none)
 #   install   the notebooks exported with --bundle and their setup cell run headless in that environment: the GPU
 #             stack for this driver (python -m agentrl.colab plan shows which) and agentrl in one uv call; then every
 #             exported notebook's setup cell again, which must find everything installed
@@ -59,7 +60,7 @@ declare -A limit=([env]=45 [install]=375 [data]=90 [sft]=120 [grpo]=150 [resume]
 serve_cmd=("$bin_dir"/vllm serve Qwen/Qwen3-0.6B --enable-lora --max-lora-rank 64 --lora-modules "smoke=$adapter" \
            --port "$port" --max-model-len 4096 --gpu-memory-utilization 0.5 \
            --enable-auto-tool-choice --tool-call-parser hermes)
-make_env="uv venv --python 3.12 $venv"
+make_env="uv venv --clear --python 3.12 $venv"
 if [ -n "${SMOKE_PYTHON:-}" ]; then make_env="check that $py is Python >= 3.11"; fi
 declare -A plan=(
   [env]="$make_env"
@@ -116,8 +117,13 @@ bounded() {
   timeout --kill-after=10 "$left" "$@"
 }
 uv_bin=""
-ensure_uv() {  # uv on PATH (the setup cell runs it from there), installed under runs/gpu_smoke/uv when missing
-  if command -v uv >/dev/null 2>&1; then uv_bin="$(command -v uv)"
+recent_uv() {  # recent_uv PATH: a uv >= 0.9 (the setup's floor: --torch-backend cu129, uv venv --clear)
+  local v
+  v="$("$1" --version 2>/dev/null | awk '{print $2}')" || return 1
+  [ -n "$v" ] && [ "$(printf '%s\n0.9\n' "$v" | sort -V | head -1)" = 0.9 ]
+}
+ensure_uv() {  # uv on PATH (the setup cell runs it from there), installed under runs/gpu_smoke/uv when missing or old
+  if command -v uv >/dev/null 2>&1 && recent_uv "$(command -v uv)"; then uv_bin="$(command -v uv)"
   elif [ -x "$log_dir/uv/uv" ]; then uv_bin="$log_dir/uv/uv"
   else
     curl -LsSf https://astral.sh/uv/install.sh | env UV_UNMANAGED_INSTALL="$PWD/$log_dir/uv" sh || return 1
@@ -176,7 +182,7 @@ run_step() {
     env) if [ -n "${SMOKE_PYTHON:-}" ]; then
            bounded "$py" -c "import sys; sys.exit(sys.version_info < (3, 11))" >"$log" 2>&1 || rc=$?
          else
-           { ensure_uv && bounded "$uv_bin" venv --python 3.12 "$venv"; } >"$log" 2>&1 || rc=$?
+           { ensure_uv && bounded "$uv_bin" venv --clear --python 3.12 "$venv"; } >"$log" 2>&1 || rc=$?
          fi ;;
     install) install_step >"$log" 2>&1 || rc=$? ;;
     data) { bounded "${cli[@]}" corpus --config "$preset" &&

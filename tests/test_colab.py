@@ -327,6 +327,16 @@ def test_uv_comes_from_path_in_a_venv_without_pip_or_the_setup_says_how_to_get_i
     assert target.stdout.strip() == "(False, None)"  # a venv installs as is
 
 
+def test_a_uv_too_old_for_the_cuda_12_command_is_not_used(venv, tmp_path):
+    python, _ = venv
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "uv").write_text("#!/bin/sh\necho 'uv 0.5.31'\n")  # before --torch-backend knew cu129 (uv 0.8.13)
+    (old / "uv").chmod(0o755)
+    found = _in_venv(python, "from agentrl import colab; print(colab.find_uv())", PATH=f"{old}:/usr/bin:/bin")
+    assert found.returncode == 0 and found.stdout.strip() == "None", found.stderr
+
+
 @pytest.mark.skipif(not Path("/usr/lib/python3").is_dir() or subprocess.run(
     ["/usr/bin/python3", "-c", "import sysconfig, pathlib, sys; sys.exit(not (pathlib.Path(sysconfig.get_path("
      "'stdlib')) / 'EXTERNALLY-MANAGED').is_file())"], capture_output=True).returncode != 0,

