@@ -22,9 +22,12 @@ def _preset(args) -> dict:
     commands that take ``--gpu`` (default: the detected card; a note says which). Under a distributed launch
     (``accelerate launch``: FSDP, DeepSpeed, several processes) the detected card's tables are not applied: they
     size one process alone on one card (Unsloth with a colocated vLLM); ``--gpu CARD`` still applies them."""
-    from agentrl.core.config import load_preset
+    from agentrl.app.presets import load
 
-    preset = load_preset(args.config) if getattr(args, "config", None) else {}
+    sets = getattr(args, "set", None) or []
+    if sets and not getattr(args, "config", None):
+        raise DataError("--set needs --config (the preset it overrides)")
+    preset = load(args.config, sets) if getattr(args, "config", None) else {}
     if hasattr(args, "gpu") and preset.get("gpu"):
         from agentrl.train.checkpoints import distributed_launch
         from agentrl.train.gpu_plan import apply_card, resolve_card
@@ -165,7 +168,8 @@ def cmd_eval(args) -> int:
     from agentrl.rollout.evaluate import eval_config, run_eval
 
     preset = _preset(args)
-    cfg = eval_config(preset, **vars(args))
+    own = ("command", "func", "config", "set", "resume", "overwrite")  # the command's own flags, not EvalConfig's
+    cfg = eval_config(preset, **{k: v for k, v in vars(args).items() if k not in own})
     metrics = run_eval(cfg, preset, resume=args.resume, overwrite=args.overwrite)
     print_eval_metrics(metrics, RUNS / "eval" / cfg.name)
     if metrics.get("errors"):
@@ -309,7 +313,7 @@ def cmd_demo(args) -> int:
     """`agentrl demo`: run every phase on the bundled data (CPU, no network) and summarise; return 0 or raise."""
     from agentrl.app.demo import print_summary, run_demo
 
-    print_summary(run_demo(args.config, rebuild=args.rebuild))
+    print_summary(run_demo(args.config, rebuild=args.rebuild, sets=args.set))
     return 0
 
 
@@ -326,6 +330,12 @@ def _checkpoint_flags(c) -> None:
                                  "(the detected card, the default) or none")
 
 
+def _set_flag(c) -> None:
+    c.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one preset key, TOML value syntax (repeatable), e.g. --set grpo.max_steps=2 "
+                        "--set grpo.trl.importance_sampling_level=sequence; checked like the preset's own keys")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser with every subcommand."""
     p = argparse.ArgumentParser(prog="agentrl", description=__doc__.splitlines()[0])
@@ -333,11 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("demo", help="run every phase on the bundled data (CPU, no network) and summarise")
     c.add_argument("--config", default="demo", help="preset name or TOML path (default demo)")
+    _set_flag(c)
     c.add_argument("--rebuild", action="store_true", help="rebuild everything instead of reusing runs/")
     c.set_defaults(func=cmd_demo)
 
     c = sub.add_parser("corpus", help="build a passage corpus from QA contexts or a corpus file")
     c.add_argument("--config", help="preset name or TOML path (its [corpus] table gives defaults)")
+    _set_flag(c)
     c.add_argument("--qa", help="QA JSONL (FlashRAG layout) or hf:NAME[:CONFIG] whose contexts are pooled")
     c.add_argument("--corpus-file", help="corpus JSONL with id+contents or id+title+text")
     c.add_argument("--name", help="run name (runs/corpus/NAME)")
@@ -351,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("index", help="build BM25 + dense indexes over a corpus")
     c.add_argument("--corpus", required=True, help="corpus run directory (or corpus.jsonl)")
     c.add_argument("--config", help="preset name or TOML path (its [index] table gives defaults)")
+    _set_flag(c)
     c.add_argument("--out", help="index directory (default CORPUS/index)")
     c.add_argument("--embedder", help="minilm (offline default), intfloat/e5-base-v2, a local path, ...")
     c.add_argument("--index-type", choices=["flat", "hnsw", "ivfpq"])
@@ -381,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("eval", help="run an agent over a QA set (endpoint, local model or oracle) and score it")
     c.add_argument("--config", help="preset name or TOML path (its [eval] table gives defaults)")
+    _set_flag(c)
     c.add_argument("--name", help="run name (runs/eval/NAME)")
     c.add_argument("--qa", help="QA JSONL (default: the preset's)")
     c.add_argument("--limit", type=int)
@@ -437,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("curate", help="filter, de-duplicate, balance and split trajectories for SFT")
     c.add_argument("runs", nargs="+", help="run directories or trajectories .jsonl files")
     c.add_argument("--config", help="preset name or TOML path (its [data] table gives defaults)")
+    _set_flag(c)
     c.add_argument("--name", help="dataset name (runs/data/NAME)")
     c.add_argument("--out")
     c.add_argument("--min-f1", type=float)
@@ -466,6 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("sft", help="LoRA SFT on a curated dataset (Unsloth on CUDA, transformers + peft elsewhere)")
     c.add_argument("--config", help="preset name or TOML path (its [sft] table gives defaults)")
+    _set_flag(c)
     c.add_argument("--name", help="run name (runs/sft/NAME)")
     c.add_argument("--data", help="curated dataset directory (runs/data/NAME) or a trl .jsonl")
     c.add_argument("--model", help="base model (hub id or directory)")
@@ -480,6 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("grpo", help="multi-turn GRPO with the tools in the rollouts (TRL environment_factory)")
     c.add_argument("--config", help="preset name or TOML path (its [grpo] table gives defaults)")
+    _set_flag(c)
     c.add_argument("--name", help="run name (runs/grpo/NAME)")
     c.add_argument("--env", help=f"environment: {', '.join(registry.BUILTIN)} (default the preset's), or a user's "
                                  "environment: path/to/my_env.py or package.module[:attr]")
@@ -496,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("gpu-plan", help="estimate GPU memory of a preset's SFT and GRPO on a card (fits or not)")
     c.add_argument("--config", required=True, help="preset name or TOML path")
+    _set_flag(c)
     c.add_argument("--gpu", default="auto", help="T4, L4, A100-40, A100-80, H100 (default: the detected card)")
     c.set_defaults(func=cmd_gpu_plan)
 

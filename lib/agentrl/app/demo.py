@@ -23,13 +23,15 @@ class StepResult:
     seconds: float = 0.0
 
 
-def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool = True) -> list[StepResult]:
-    """Run the phases of the preset in order; return one StepResult per phase."""
-    from agentrl.core.config import load_preset
+def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool = True,
+             sets: list[str] | None = None) -> list[StepResult]:
+    """Run the phases of the preset (with the ``--set`` overrides ``sets``) in order; return one StepResult per
+    phase."""
+    from agentrl.app.presets import load
     from agentrl.data.pipeline import corpus_and_index, eval_qa_path
     from agentrl.retrieval.evaluate import print_retrieval_report, run_retrieval_eval
 
-    preset = load_preset(preset_name)
+    preset = load(preset_name, sets)
     results: list[StepResult] = []
 
     t = time.perf_counter()

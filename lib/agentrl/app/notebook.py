@@ -23,11 +23,29 @@ def cli_args() -> dict:
         args = dict(mo.cli_args())
     except Exception:  # Jupyter / exported scripts: no marimo context
         args = {}
-    return args or parse_args(os.environ.get("AGENTRL_NB_ARGS", ""))
+    return collect_sets(args or parse_args(os.environ.get("AGENTRL_NB_ARGS", "")))
+
+
+def collect_sets(args: dict) -> dict:
+    """Return ``args`` with every ``--set section.key=value`` gathered into ``args["set"]`` (a list). marimo splits
+    ``--set grpo.max_steps=2`` at the first '=' into the key ``"set grpo.max_steps"`` and the value 2 (converted);
+    ``--set=grpo.max_steps=2`` and AGENTRL_NB_ARGS give ``{"set": "grpo.max_steps=2"}``; a repeated flag a list."""
+    from agentrl.app.presets import set_values
+
+    out = {k: v for k, v in args.items() if k != "set" and not k.startswith("set ")}
+    sets = set_values(args.get("set"))
+    for key, value in args.items():
+        if key.startswith("set "):
+            for v in value if isinstance(value, list) else [value]:
+                sets.append(f"{key[4:].strip()}={str(v).lower() if isinstance(v, bool) else v}")
+    if sets:
+        out["set"] = sets
+    return out
 
 
 def parse_args(text: str) -> dict:
-    """Return ``{"key": value}`` from ``--key value`` pairs (numbers converted, dashes in keys become underscores)."""
+    """Return ``{"key": value}`` from ``--key value`` pairs (numbers converted, dashes in keys become underscores, a
+    repeated key a list)."""
     import shlex
 
     out, tokens = {}, shlex.split(text)
@@ -40,7 +58,11 @@ def parse_args(text: str) -> dict:
                     break
                 except ValueError:
                     continue
-            out[tok[2:].replace("-", "_")] = value
+            key = tok[2:].replace("-", "_")
+            if key in out:  # a repeated flag (--set a=1 --set b=2): a list, as marimo gives it
+                out[key] = [*out[key], value] if isinstance(out[key], list) else [out[key], value]
+            else:
+                out[key] = value
     return out
 
 
@@ -81,16 +103,18 @@ GPU_PRESETS = {"T4": "colab_qwen3_4b", "L4": "colab_qwen3_4b", "A100-40": "colab
 def choose_preset(args: dict, default: str = "demo") -> tuple[dict, str]:
     """Return ``(preset, sentence saying which and why)``: ``--config`` when given, else on a machine with an
     NVIDIA GPU the GPU preset for its card (GPU_PRESETS), else ``default``; with a GPU the preset's
-    ``[gpu.<CARD>]`` settings are merged in. Every notebook calls it, so all five use the same preset. In Jupyter
-    it also ends an earlier :func:`stop` (the notebook is deciding again from here)."""
-    from agentrl.core.config import load_preset
+    ``[gpu.<CARD>]`` settings are merged in. ``--set section.key=value`` (repeatable) overrides keys as on the
+    command line; the preset and the overrides are checked first (agentrl.app.presets). Every notebook calls it, so
+    all five use the same preset. In Jupyter it also ends an earlier :func:`stop` (the notebook is deciding again
+    from here)."""
+    from agentrl.app.presets import load, set_values
     from agentrl.train.gpu_plan import apply_card, query_gpus
 
     _resume_cells()
     gpus = query_gpus()
     card = gpus[0].card if gpus else None
     name = args.get("config") or (GPU_PRESETS[card] if card else default)
-    preset = load_preset(name)
+    preset = load(name, set_values(args.get("set")))
     if card:
         preset = apply_card(preset, card)
         why = "as asked (--config)" if args.get("config") else f"the GPU preset for a {card}"

@@ -50,11 +50,15 @@ class CurateConfig:
 
 
 def data_config(preset: dict | None = None, **overrides) -> CurateConfig:
-    """Return the preset's ``[data]`` config with the non-None ``overrides`` applied (unknown keys ignored)."""
+    """Return the preset's ``[data]`` config with the non-None ``overrides`` applied (an unknown one is a
+    DataError)."""
     from agentrl.core.config import from_dict, override
 
     cfg = from_dict(CurateConfig, (preset or {}).get("data"), "data")
-    return override(cfg, **{k: v for k, v in overrides.items() if k in CurateConfig.__dataclass_fields__})
+    unknown = sorted(set(overrides) - set(CurateConfig.__dataclass_fields__))
+    if unknown:
+        raise DataError(f"data_config: unknown setting '{unknown[0]}' (CurateConfig fields)")
+    return override(cfg, **overrides)
 
 
 def question_key(question: str) -> str:

@@ -39,6 +39,10 @@ class EvalConfig(EpisodeSettings):
 
 # EvalConfig fields a command-line flag of the same name sets
 _OWN_KEYS = (*EPISODE_KEYS, "name", "qa", "limit", "offset", "env", "policy")
+# every key eval_config takes: those, and the endpoint / local / batch / judge flags it maps to nested fields
+OVERRIDES = (*_OWN_KEYS, "base_url", "model", "api_key", "temperature", "top_p", "max_tokens", "endpoint_transport",
+             "extra_body", "retries", "model_path", "adapter", "concurrency", "max_turns", "timeout", "judge_model",
+             "judge_base_url")
 
 
 def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
@@ -46,9 +50,9 @@ def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
 
     Keys: any EvalConfig field; endpoint ``base_url, model, api_key, temperature, top_p, max_tokens,
     extra_body`` (JSON text or dict), ``retries``, ``endpoint_transport``; local ``model_path, adapter``; batch
-    ``concurrency, max_turns, timeout``; judge ``judge_model, judge_base_url``. Other keys are the CLI's own flags
-    and are ignored. An environment with ``min_turns`` (a text game's gold path is 7+ actions) gets at least that
-    many turns unless ``max_turns`` is given.
+    ``concurrency, max_turns, timeout``; judge ``judge_model, judge_base_url``. Any other key is a DataError. An
+    environment with ``min_turns`` (a text game's gold path is 7+ actions) gets at least that many turns unless
+    ``max_turns`` is given.
     """
     import json
 
@@ -56,6 +60,9 @@ def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
 
     cfg = from_dict(EvalConfig, (preset or {}).get("eval"), "eval")
     o = {k: v for k, v in overrides.items() if v is not None}
+    unknown = sorted(set(o) - set(OVERRIDES))
+    if unknown:
+        raise DataError(f"eval_config: unknown setting '{unknown[0]}' (known: {', '.join(OVERRIDES)})")
     for key in _OWN_KEYS:
         if key in o:
             setattr(cfg, key, o[key])

@@ -17,12 +17,14 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agentrl.core.io import DataError
 from agentrl.envs import registry
 from agentrl.envs.task import EPISODE_KEYS, EpisodeSettings
 from agentrl.rollout.judge import JudgeConfig
 from agentrl.train.models import ModelConfig
+from agentrl.train.trl_args import grpo_fields
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,9 @@ class GRPOSettings(EpisodeSettings):
     seed: int = 42
     save_steps: int = 0  # a checkpoint (adapter, optimizer, RNG, trainer state) every N steps; 0 = none
     save_total_limit: int = 2
+    # any other GRPOConfig field, passed through (agentrl.train.trl_args), e.g. GSPO's
+    # importance_sampling_level = "sequence"
+    trl: dict[str, Any] = field(default_factory=dict, metadata={"keys": grpo_fields})
 
     def __post_init__(self):
         spec = registry.get(self.env)
@@ -118,20 +123,34 @@ def env_table(preset: dict, env: str | None = None) -> dict:
 
 def grpo_config(preset: dict | None = None, **overrides) -> GRPOSettings:
     """Return the preset's ``[grpo]`` settings for ``env`` (see :func:`env_table`) with non-None overrides
-    (``model_name``/``backend``/``adapter``), ``epsilon_high`` resolved to the number both trainers use
-    (:func:`upper_clip`)."""
+    (any GRPOSettings field, and ``model_name``/``backend``), ``epsilon_high`` resolved to the number both trainers
+    use (:func:`upper_clip`). An unknown override, a ``[grpo.trl]`` field TRL lacks or agentrl sets itself, and
+    a LoRA shape (``[grpo.model.lora]`` r, alpha, target_modules, use_rslora) next to an ``adapter`` whose shape is
+    fixed are DataErrors."""
     from dataclasses import replace
 
     from agentrl.core.config import from_dict
+    from agentrl.train.trl_args import check_trl_table
 
-    cfg = from_dict(GRPOSettings, env_table(preset or {}, overrides.pop("env", None)), "grpo")
+    table = env_table(preset or {}, overrides.pop("env", None))
+    cfg = from_dict(GRPOSettings, table, "grpo")
     o = {k: v for k, v in overrides.items() if v is not None}
+    unknown = sorted(set(o) - set(GRPOSettings.__dataclass_fields__) - {"model_name", "backend"})
+    if unknown:
+        raise DataError(f"grpo_config: unknown setting '{unknown[0]}' (GRPOSettings fields, model_name, backend)")
     if "model_name" in o:
         cfg.model = replace(cfg.model, name=o.pop("model_name"))
     if "backend" in o:
         cfg.model = replace(cfg.model, backend=o.pop("backend"))
-    cfg = replace(cfg, **{k: v for k, v in o.items() if k in GRPOSettings.__dataclass_fields__})
+    cfg = replace(cfg, **o)
+    cfg.adapter = cfg.adapter or None  # "" (e.g. --set grpo.adapter='""'): a fresh LoRA on the base model
     cfg.epsilon_high = upper_clip(cfg)
+    check_trl_table(cfg.trl, "grpo")
+    shape = sorted(set((table.get("model") or {}).get("lora") or {}) - {"dropout"})
+    if cfg.adapter and shape:
+        raise DataError(f"grpo.model.lora.{shape[0]}: GRPO continues from the adapter {cfg.adapter}, whose shape "
+                        "(r, alpha, target_modules, use_rslora) is fixed; remove it from [grpo.model.lora] (only "
+                        "dropout applies on top of an adapter), or set grpo.adapter = \"\" for a fresh LoRA")
     return cfg
 
 
@@ -276,12 +295,20 @@ def training_rows(settings: GRPOSettings, task, preset: dict, rows: list[dict] |
 
 
 def training_args(settings: GRPOSettings, reward_weights: list[float], out: Path, backend: str | None = None):
-    """Return the GRPOConfig of a run on ``backend`` (default: what choose_backend picks for the settings): every
-    loss and optimiser setting explicit (see GRPOSettings), checkpoints every ``save_steps``, gradient
-    checkpointing by the Trainer on the transformers backend only (checkpoints.gradient_checkpointing)."""
+    """Return the GRPOConfig of a run on ``backend`` (default: what choose_backend picks for the settings): the
+    fields of :func:`trainer_kwargs` and the ``[grpo.trl]`` table's (agentrl.train.trl_args)."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl import GRPOConfig
 
+    from agentrl.train.trl_args import with_trl
+
+    return GRPOConfig(**with_trl(trainer_kwargs(settings, reward_weights, out, backend), settings.trl, "grpo"))
+
+
+def trainer_kwargs(settings: GRPOSettings, reward_weights: list[float], out: Path, backend: str | None = None) -> dict:
+    """Return the GRPOConfig fields agentrl sets for a run on ``backend``: every
+    loss and optimiser setting explicit (see GRPOSettings), checkpoints every ``save_steps``, gradient
+    checkpointing by the Trainer on the transformers backend only (checkpoints.gradient_checkpointing)."""
     from agentrl.train.checkpoints import gradient_checkpointing, save_args
     from agentrl.train.models import choose_backend, cuda_available, cuda_precision, progress_bars
 
@@ -290,7 +317,7 @@ def training_args(settings: GRPOSettings, reward_weights: list[float], out: Path
     if settings.batch_size * settings.grad_accum % settings.num_generations:
         raise DataError(f"grpo.batch_size x grad_accum ({settings.batch_size * settings.grad_accum}) must be a "
                         f"multiple of num_generations ({settings.num_generations})")
-    return GRPOConfig(
+    return dict(
         output_dir=str(out / "trainer"), max_steps=settings.max_steps, learning_rate=settings.learning_rate,
         lr_scheduler_type=settings.lr_scheduler, warmup_steps=settings.warmup, optim=settings.optim,
         weight_decay=settings.weight_decay, max_grad_norm=settings.max_grad_norm,
@@ -481,6 +508,7 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
     evaluator = eval_callback(settings, task, preset, out, evals, held_out)
     trainer = make_trainer(settings, loaded, task, rows, out, [evaluator, *callbacks])
     evaluator.trainer = trainer
+    trl_applied = {k: _plain(getattr(trainer.args, k)) for k in settings.trl}  # as TRL holds them
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.perf_counter() - start
@@ -489,8 +517,8 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
     metrics = {"backend": loaded.backend, "backend_reason": loaded.reason, "train_seconds": round(seconds, 1),
                "steps": trainer.state.global_step, "rewards": dict(settings.rewards), "reward_funcs": names,
                "train_rows": len(rows), "heldout_ids": [r["id"] for r in held_out],
-               "resumed_from": checkpoint.name if checkpoint else None,
-               **summarize(trainer.state.log_history, names)}
+               "resumed_from": checkpoint.name if checkpoint else None, "trl": trl_applied,
+               "lora_dropout": _lora_dropout(trainer.model), **summarize(trainer.state.log_history, names)}
     # every rank takes part in the final evaluation; the main process knows whether the last step had one
     if main_decides(bool(held_out) and not (evals and evals[-1]["step"] == trainer.state.global_step)):
         final = agent_eval(trainer.model, loaded.tokenizer, settings, task, preset, out / "eval",
@@ -514,7 +542,19 @@ def _write_run(out: Path, settings: GRPOSettings, metrics: dict) -> None:
     write_manifest(out, phase="grpo", config=to_dict(settings),
                    counts={"steps": metrics["steps"], "train_rows": metrics["train_rows"]},
                    inputs={"model": settings.model.name, "adapter": settings.adapter},
-                   extra={"backend": metrics["backend"], "backend_reason": metrics["backend_reason"]})
+                   extra={"backend": metrics["backend"], "backend_reason": metrics["backend_reason"],
+                          "trl": metrics["trl"], "lora_dropout": metrics["lora_dropout"]})
+
+
+def _plain(value):
+    """Return a TRL config value as JSON can hold it (an enum as its value)."""
+    value = getattr(value, "value", value)
+    return value if isinstance(value, str | int | float | bool | list | dict | None) else str(value)
+
+
+def _lora_dropout(model) -> list[float]:
+    """Return the LoRA dropout(s) the trained model ran with (from its adapter config)."""
+    return sorted({float(c.lora_dropout) for c in (getattr(model, "peft_config", None) or {}).values()})
 
 
 def print_grpo_summary(metrics: dict, out: Path) -> None:

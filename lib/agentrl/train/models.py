@@ -29,7 +29,8 @@ class LoraSettings:
 
     r: int = 16
     alpha: int = 32
-    dropout: float = 0.05
+    # None: 0.05 for a fresh LoRA; continuing from an adapter, the adapter's own (a number replaces it: apply_dropout)
+    dropout: float | None = None
     target_modules: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
     use_rslora: bool = False
 
@@ -225,9 +226,45 @@ def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | Non
         from transformers import set_seed
 
         set_seed(seed)
-    if backend == "unsloth":
-        return _load_unsloth(cfg, lora, reason, adapter)
-    return _load_transformers(cfg, lora, reason, adapter)
+    loaded = (_load_unsloth if backend == "unsloth" else _load_transformers)(cfg, lora, reason, adapter)
+    if adapter is not None and cfg.lora.dropout is not None:
+        apply_dropout(loaded.model, cfg.lora.dropout, backend, adapter)
+    return loaded
+
+
+FRESH_DROPOUT = 0.05  # a fresh LoRA's dropout when the preset names none (the seed's)
+
+
+def fresh_dropout(cfg: ModelConfig) -> float:
+    """Return the dropout of a fresh LoRA for ``cfg``: ``lora.dropout``, or FRESH_DROPOUT when unset."""
+    return FRESH_DROPOUT if cfg.lora.dropout is None else float(cfg.lora.dropout)
+
+
+def apply_dropout(model, p: float, backend: str, adapter: str) -> int:
+    """Set the LoRA dropout of a model loaded from ``adapter`` to ``p`` (every LoRA layer and the adapter config
+    saved with it); return the number of layers changed. On Unsloth, an adapter saved with dropout 0 runs Unsloth's
+    fused LoRA kernels, which have no dropout: raising it there is a DataError rather than a setting ignored."""
+    import torch
+
+    from agentrl.core.io import DataError
+
+    old = {name: c.lora_dropout for name, c in getattr(model, "peft_config", {}).items()}
+    if backend == "unsloth" and p > 0 and any(v == 0 for v in old.values()):
+        raise DataError(f"grpo.model.lora.dropout = {p}: the adapter {adapter} was trained with dropout 0, which "
+                        "Unsloth runs with fused LoRA kernels that have no dropout; keep 0 (remove the key) or "
+                        "train the SFT adapter with the dropout wanted")
+    changed = 0
+    for module in model.modules():
+        drops = getattr(module, "lora_dropout", None)
+        if isinstance(drops, torch.nn.ModuleDict):
+            for name in list(drops.keys()):
+                drops[name] = torch.nn.Dropout(p=p) if p > 0 else torch.nn.Identity()
+                changed += 1
+    for c in getattr(model, "peft_config", {}).values():
+        c.lora_dropout = p
+    if old and any(v != p for v in old.values()):
+        log.info("LoRA dropout of %s: %s -> %s (grpo.model.lora.dropout)", adapter, sorted(set(old.values())), p)
+    return changed
 
 
 def unsloth_load_args(cfg: ModelConfig, adapter: str | None = None) -> dict:
@@ -256,7 +293,7 @@ def _load_unsloth(cfg: ModelConfig, lora: bool, reason: str, adapter: str | None
             param.requires_grad_("lora_" in name)
     elif lora:
         model = FastLanguageModel.get_peft_model(
-            model, r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+            model, r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=fresh_dropout(cfg),
             target_modules=cfg.lora.target_modules, use_rslora=cfg.lora.use_rslora, bias="none",
             use_gradient_checkpointing=checkpointing, random_state=3407, max_seq_length=cfg.max_seq_length)
     return LoadedModel(model, tokenizer, "unsloth", reason)
@@ -293,6 +330,6 @@ def _load_transformers(cfg: ModelConfig, lora: bool, reason: str, adapter: str |
 
             raise DataError(f"model.lora.target_modules {cfg.lora.target_modules} match no module of {cfg.name}")
         model = get_peft_model(model, LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha,
-                                                 lora_dropout=cfg.lora.dropout, target_modules=targets,
+                                                 lora_dropout=fresh_dropout(cfg), target_modules=targets,
                                                  use_rslora=cfg.lora.use_rslora, bias="none", task_type="CAUSAL_LM"))
     return LoadedModel(model, tokenizer, "transformers", reason)

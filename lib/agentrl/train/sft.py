@@ -25,9 +25,11 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agentrl.core.io import DataError
 from agentrl.train.models import ModelConfig
+from agentrl.train.trl_args import sft_fields
 
 log = logging.getLogger(__name__)
 
@@ -61,22 +63,30 @@ class SFTSettings:
     check_max_new_tokens: int = 128
     save_steps: int = 0  # a checkpoint (adapter, optimizer, RNG, trainer state) every N steps; 0 = none
     save_total_limit: int = 2  # checkpoints kept (older ones are deleted as new ones are written)
+    trl: dict[str, Any] = field(default_factory=dict, metadata={"keys": sft_fields})  # any other SFTConfig field
 
 
 def sft_config(preset: dict | None = None, **overrides) -> SFTSettings:
-    """Return the preset's ``[sft]`` settings with non-None overrides (``model_name`` and ``backend`` go to
-    the model table; unknown keys are ignored)."""
+    """Return the preset's ``[sft]`` settings with non-None overrides (any SFTSettings field; ``model_name`` and
+    ``backend`` go to the model table). An unknown override or a ``[sft.trl]`` field TRL lacks (or agentrl sets
+    itself) is a DataError."""
     from dataclasses import replace
 
     from agentrl.core.config import from_dict
+    from agentrl.train.trl_args import check_trl_table
 
     cfg = from_dict(SFTSettings, (preset or {}).get("sft"), "sft")
     o = {k: v for k, v in overrides.items() if v is not None}
+    unknown = sorted(set(o) - set(SFTSettings.__dataclass_fields__) - {"model_name", "backend"})
+    if unknown:
+        raise DataError(f"sft_config: unknown setting '{unknown[0]}' (SFTSettings fields, model_name, backend)")
     if "model_name" in o:
         cfg.model = replace(cfg.model, name=o.pop("model_name"))
     if "backend" in o:
         cfg.model = replace(cfg.model, backend=o.pop("backend"))
-    return replace(cfg, **{k: v for k, v in o.items() if k in SFTSettings.__dataclass_fields__})
+    cfg = replace(cfg, **o)
+    check_trl_table(cfg.trl, "sft")
+    return cfg
 
 
 def print_sft_summary(metrics: dict, out: Path) -> None:
@@ -194,17 +204,25 @@ def load_data(settings: SFTSettings, tokenizer) -> SFTData:
 
 
 def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out: Path):
-    """Return the SFTConfig of a run: the preset's fields, checkpoints every ``save_steps``, gradient
-    checkpointing by the Trainer on the transformers backend only (Unsloth applies its own at load time:
-    checkpoints.gradient_checkpointing)."""
+    """Return the SFTConfig of a run: the fields of :func:`trainer_kwargs` and the ``[sft.trl]`` table's
+    (agentrl.train.trl_args)."""
     from trl import SFTConfig
 
+    from agentrl.train.trl_args import with_trl
+
+    return SFTConfig(**with_trl(trainer_kwargs(settings, backend, data, out), settings.trl, "sft"))
+
+
+def trainer_kwargs(settings: SFTSettings, backend: str, data: SFTData | None, out: Path) -> dict:
+    """Return the SFTConfig fields agentrl sets: the preset's fields, checkpoints every ``save_steps``, gradient
+    checkpointing by the Trainer on the transformers backend only (Unsloth applies its own at load time:
+    checkpoints.gradient_checkpointing)."""
     from agentrl.train.checkpoints import gradient_checkpointing, save_args
     from agentrl.train.models import cuda_available, cuda_precision, progress_bars
 
     use_cpu = not cuda_available()
     has_val = data is not None and data.validation is not None
-    return SFTConfig(
+    return dict(
         output_dir=str(out / "trainer"), num_train_epochs=settings.epochs, max_steps=settings.max_steps,
         learning_rate=settings.learning_rate, lr_scheduler_type=settings.lr_scheduler,
         warmup_steps=settings.warmup, weight_decay=settings.weight_decay, optim=settings.optim,
