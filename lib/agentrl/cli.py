@@ -229,7 +229,15 @@ def cmd_curate(args) -> int:
     if args.no_tool_errors:
         cfg.no_tool_errors = True
     out = Path(args.out) if args.out else RUNS / "data" / cfg.name
-    report = curate(args.runs, cfg, out)
+    heldout = None
+    if preset:
+        from agentrl.train.heldout import heldout_keys
+
+        heldout = heldout_keys(preset)
+    else:
+        print("no --config: no held-out items known, curation cannot drop a preset's evaluation items",
+              file=sys.stderr)
+    report = curate(args.runs, cfg, out, heldout)
     for s in report["steps"]:
         print(f"{s['step']:>14}: -{s['removed']:<6} -> {s['remaining']:<6} {s['reason'] if s['removed'] else ''}")
     print(f"wrote {out}: train {report['written']['train']}, validation {report['written']['validation']}")

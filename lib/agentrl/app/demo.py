@@ -142,7 +142,9 @@ def demo_data(preset: dict) -> StepResult:
     cfg = data_config(preset)
     out = Path("runs") / "data" / cfg.name
     stats = analyze(["runs/eval/oracle", "runs/eval/tiny_base"], out / "analysis")
-    report = curate(["runs/eval/oracle"], cfg, out)
+    from agentrl.train.heldout import heldout_keys
+
+    report = curate(["runs/eval/oracle"], cfg, out, heldout_keys(preset))
     export(out, FORMATS)
     return StepResult("02 data", str(out), {
         "trajectories": stats["total"], "successes (F1>=0.8)": stats["success_f1"],

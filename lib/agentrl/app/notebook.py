@@ -243,8 +243,9 @@ def curate_runs(preset: dict, runs: list[str], out: Path) -> dict:
     ``{"report": ..., "counts": ...}``."""
     from agentrl.data.curate import curate, data_config
     from agentrl.data.export import FORMATS, export
+    from agentrl.train.heldout import heldout_keys
 
-    report = curate(runs, data_config(preset), out)
+    report = curate(runs, data_config(preset), out, heldout_keys(preset))
     return {"report": report, "counts": export(out, FORMATS)}
 
 

@@ -79,8 +79,9 @@ def bucket_label(values: tuple, cap: int | None) -> str:
     return "|".join(f"{cap}+" if cap is not None and v >= cap else str(v) for v in values)
 
 
-def select(df, cfg: CurateConfig) -> tuple:
-    """Apply the curation steps to a flat trajectory frame; return ``(train_df, val_df, report)``."""
+def select(df, cfg: CurateConfig, heldout: set[tuple[str, str]] | None = None) -> tuple:
+    """Apply the curation steps to a flat trajectory frame; return ``(train_df, val_df, report)``. Trajectories of
+    the ``heldout`` items (id, normalised question: the preset's evaluation and GRPO held-out items) go first."""
     import polars as pl
 
     if not 0 <= cfg.val_fraction < 1:
@@ -95,6 +96,11 @@ def select(df, cfg: CurateConfig) -> tuple:
         steps.append({"step": name, "reason": reason, "removed": before - df.height, "remaining": df.height})
 
     steps.append({"step": "input", "reason": "trajectories read", "removed": 0, "remaining": df.height})
+    if heldout:
+        held = [key in heldout for key in zip(df["id"].to_list(), map(question_key, df["question"].to_list()),
+                                               strict=True)]
+        step("heldout", "an evaluation / GRPO held-out item of the preset (never trained on)",
+             ~pl.Series(held, dtype=pl.Boolean))
     step("errors", "the item failed (policy error or timeout)", pl.col("error").is_null())
     if cfg.envs:
         step("env", f"environment not in {cfg.envs}", pl.col("env").is_in(cfg.envs))
@@ -234,16 +240,17 @@ def write_selection(df, path: Path) -> int:
     return len(records)
 
 
-def curate(sources, cfg: CurateConfig, out_dir: str | Path) -> dict:
+def curate(sources, cfg: CurateConfig, out_dir: str | Path, heldout: set[tuple[str, str]] | None = None) -> dict:
     """Curate trajectories from ``sources`` into ``out_dir`` (train/validation JSONL + curation.json); return
-    the report. ``validation.jsonl`` is written only when the validation split has a trajectory."""
+    the report. ``validation.jsonl`` is written only when the validation split has a trajectory. Trajectories of
+    the ``heldout`` items (agentrl.train.heldout.heldout_keys of the preset) are dropped, and counted."""
     from agentrl.core.config import to_dict
     from agentrl.core.io import staged_dir, write_json
     from agentrl.core.manifest import write_manifest
     from agentrl.data.trajectories import trajectory_frame
 
     df = trajectory_frame(sources)
-    train, val, report = select(df, cfg)
+    train, val, report = select(df, cfg, heldout)
     if train.height == 0:  # select() keeps train non-empty; an empty training file must never be written
         raise DataError("curation left no trajectory for training; nothing was written")
     out_dir = Path(out_dir)

@@ -499,6 +499,11 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
     loaded.tokenizer.padding_side = "left"  # generation pads on the left
     task = build_task(settings, preset)
     train_rows, held_out = split_rows(settings, preset)
+    from agentrl.train.heldout import drop_heldout, heldout_keys
+
+    train_rows = drop_heldout(train_rows, heldout_keys(preset), "GRPO training rows")
+    if not train_rows:
+        raise DataError("GRPO has no training rows left: every one is a held-out item of the preset")
     rows = training_rows(settings, task, preset, train_rows)
     checkpoint = (prepare(out / "trainer", resume, overwrite, extra=("evals.json",)) if resume or _main_process()
                   else None)

@@ -203,6 +203,35 @@ def load_data(settings: SFTSettings, tokenizer) -> SFTData:
     return SFTData(train, val, counts, train_path, template, trl_knows)
 
 
+def without_heldout(data: SFTData, preset: dict) -> SFTData:
+    """Return ``data`` without rows of the preset's held-out items (agentrl.train.heldout; one line says how many
+    were dropped, counted in ``counts["heldout_dropped"]``); a DataError when nothing is left to train on."""
+    from agentrl.core.metrics import normalize_answer
+    from agentrl.train.heldout import heldout_keys
+
+    keys = heldout_keys(preset)
+    if not keys:
+        return data
+
+    def kept(row) -> bool:
+        user = next((m.get("content") for m in row["messages"] if m.get("role") == "user"), "")
+        return (str(row["id"]), normalize_answer(user if isinstance(user, str) else "")) not in keys
+
+    before = len(data.train) + (len(data.validation) if data.validation is not None else 0)
+    data.train = data.train.filter(kept)
+    if data.validation is not None:
+        data.validation = data.validation.filter(kept)
+        data.validation = data.validation if len(data.validation) else None
+    dropped = before - len(data.train) - (len(data.validation) if data.validation is not None else 0)
+    data.counts["heldout_dropped"] = dropped
+    if dropped:
+        print(f"held-out hygiene: dropped {dropped} SFT rows of evaluation / GRPO held-out items of the preset "
+              f"({data.train_path})")
+    if len(data.train) == 0:
+        raise DataError(f"{data.train_path}: every training row is a held-out item of the preset; nothing to train on")
+    return data
+
+
 def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out: Path):
     """Return the SFTConfig of a run: the fields of :func:`trainer_kwargs` and the ``[sft.trl]`` table's
     (agentrl.train.trl_args)."""
@@ -291,7 +320,7 @@ def run_sft(settings: SFTSettings, preset: dict | None = None, *, runs: str | Pa
     settings = bitsandbytes_fallback(settings)
     out = Path(runs) / "sft" / settings.name
     loaded = load_model(settings)
-    data = load_data(settings, loaded.tokenizer)
+    data = without_heldout(load_data(settings, loaded.tokenizer), preset or {})
     trainer = make_trainer(settings, loaded, data, out, callbacks)
     metrics = train(trainer, loaded, data, resume, overwrite)
     main = trainer.is_world_process_zero()

