@@ -108,6 +108,17 @@ def cmd_index(args) -> int:
     return 0
 
 
+def cmd_multihop_rag(args) -> int:
+    """`agentrl multihop-rag`: convert MultiHop-RAG (hub layout) into a corpus file and the seed's validation-200 /
+    training QA files; return 0 or raise."""
+    from agentrl.data.multihop_rag import prepare
+
+    counts = prepare(args.source, args.out)
+    print(f"wrote {args.out}: corpus.jsonl ({counts['documents']} articles), validation.jsonl "
+          f"({counts['validation']}), train.jsonl ({counts['train']}); {counts['null_queries']} null queries kept")
+    return 0
+
+
 def _corpus_embedder(corpus_dir: Path) -> str | None:
     """Return the embedder a corpus run was chunked with (its manifest), or None."""
     import json
@@ -367,6 +378,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--chunk-overlap", type=int, help="tokens shared by neighbouring chunks")
     c.add_argument("--limit", type=int, help="read at most this many rows")
     c.set_defaults(func=cmd_corpus)
+
+    c = sub.add_parser("multihop-rag", help="MultiHop-RAG (hub layout) -> corpus file + the seed's validation-200 "
+                                            "and training QA files")
+    c.add_argument("--source", default="hf:yixuantt/MultiHopRAG",
+                   help="hf:yixuantt/MultiHopRAG (default; offline from the datasets cache) or a directory with the "
+                        "hub's MultiHopRAG.json and corpus.json (JSON arrays or JSON lines)")
+    c.add_argument("--out", default="runs/multihop_rag", help="output directory (default runs/multihop_rag)")
+    c.set_defaults(func=cmd_multihop_rag)
 
     c = sub.add_parser("index", help="build BM25 + dense indexes over a corpus")
     c.add_argument("--corpus", required=True, help="corpus run directory (or corpus.jsonl)")

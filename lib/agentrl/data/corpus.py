@@ -179,8 +179,9 @@ def context_paragraphs(row: dict) -> list[tuple[str, str]]:
 def gold_titles(row: dict) -> list[str]:
     """Return the titles of the gold supporting passages of a task row (unique, in order).
 
-    HotpotQA/2Wiki ``supporting_facts`` (FlashRAG dict or original list form) and MuSiQue paragraphs
-    with ``is_supporting`` (native ``paragraphs`` or FlashRAG's ``question_decomposition``). Empty when the row
+    HotpotQA/2Wiki ``supporting_facts`` (FlashRAG dict or original list form), MuSiQue paragraphs
+    with ``is_supporting`` (native ``paragraphs`` or FlashRAG's ``question_decomposition``) and MultiHop-RAG's
+    ``evidence_list`` titles. Empty when the row
     carries no evidence annotation.
     """
     meta = row.get("metadata") or {}
@@ -193,6 +194,7 @@ def gold_titles(row: dict) -> list[str]:
     for para in _musique_paragraphs(meta):
         if para.get("is_supporting"):
             titles.append(str(para.get("title", "")))
+    titles += [str(e.get("title", "")) for e in meta.get("evidence_list") or [] if isinstance(e, dict)]  # MultiHop-RAG
     return list(dict.fromkeys(t.strip() for t in titles if str(t).strip()))
 
 
@@ -420,3 +422,7 @@ class CorpusConfig:
     chunk_size: int = 200  # 0 = one passage per document
     chunk_overlap: int = 32
     limit: int | None = None
+
+    def __post_init__(self):
+        self.qa = self.qa or None  # qa = "": none (a preset that builds its corpus from corpus_file)
+

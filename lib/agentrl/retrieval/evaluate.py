@@ -1,4 +1,5 @@
-"""Retrieval evaluation against gold evidence (HotpotQA/2Wiki supporting titles, MuSiQue supporting paragraphs).
+"""Retrieval evaluation against gold evidence (HotpotQA/2Wiki supporting titles, MuSiQue supporting paragraphs,
+MultiHop-RAG evidence titles and facts: ``fact_hits@k`` / ``fact_recall@k`` as its own evaluation counts them).
 
 Relevance is by title: a passage is relevant when its title is a gold supporting title, and a title is
 credited once however many of its chunks are retrieved. Gold titles absent from the corpus cannot be
@@ -88,8 +89,28 @@ def evaluate_retrieval(retriever, rows: list[dict], *, methods: Sequence[str] = 
                         sums_r[key] = sums_r.get(key, 0.0) + v
         row = {k: round(v / len(evaluable), 4) for k, v in sums.items()}
         row.update({f"{k}_reachable": round(v / max(n_r, 1), 4) for k, v in sums_r.items()})
+        row.update(_fact_metrics(retriever, rows, method, ks, batch_size))
         results[method] = row
     return {"summary": summary, "ks": list(ks), "methods": results}
+
+
+def _fact_metrics(retriever, rows: list[dict], method: str, ks: Sequence[int], batch_size: int) -> dict:
+    """Return MultiHop-RAG's fact-based metrics (``fact_hits@k``, ``fact_recall@k``: an evidence fact occurs in a
+    retrieved raw chunk, whitespace removed from both) averaged over the rows with evidence facts; {} without."""
+    from agentrl.data.multihop_rag import fact_metrics, gold_facts
+
+    with_facts = [(r, gold_facts(r)) for r in rows]
+    with_facts = [(r, f) for r, f in with_facts if f]
+    if not with_facts:
+        return {}
+    sums: dict[str, float] = {}
+    for start in range(0, len(with_facts), batch_size):
+        chunk = with_facts[start:start + batch_size]
+        hits = retriever.search_batch([r["question"] for r, _ in chunk], max(ks), method, distinct=False)
+        for (_, facts), found in zip(chunk, hits, strict=True):
+            for key, v in fact_metrics([h.text for h in found], facts, ks).items():
+                sums[key] = sums.get(key, 0.0) + v
+    return {k: round(v / len(with_facts), 4) for k, v in sums.items()}
 
 
 def results_table(report: dict):

@@ -35,6 +35,9 @@ class EvalConfig(EpisodeSettings):
     local: LocalConfig = field(default_factory=LocalConfig)
     run: RunConfig = field(default_factory=RunConfig)
     judge: JudgeConfig | None = None
+    # an evaluation-only QA file (e.g. MultiHop-RAG's validation-200): none of its items is ever trained on
+    # (agentrl.train.heldout drops them from curation, SFT and GRPO)
+    heldout_qa: str | None = None
 
 
 # EvalConfig fields a command-line flag of the same name sets

@@ -1,10 +1,10 @@
 """A preset's held-out items, which no training path may use: the invariant behind every evaluation it reports.
 
 Held out are, for each GRPO table of the preset (``[grpo]`` and every ``[grpo_<env>]``), the rows its run evaluates
-on (:func:`agentrl.train.grpo.split_rows`), and the demo's held-out questions (``[demo]`` ``heldout_questions`` after
-``train_questions``). Curation drops trajectories of these items (and says how many), SFT drops rows of them from its
-data, GRPO from its training rows. Items are compared as :func:`agentrl.core.metrics.same_item_key` does (id and
-normalised question).
+on (:func:`agentrl.train.grpo.split_rows`), the demo's held-out questions (``[demo]`` ``heldout_questions`` after
+``train_questions``) and every row of ``[eval] heldout_qa`` (an evaluation-only file). Curation drops trajectories
+of these items (and says how many), SFT drops rows of them from its data, GRPO from its training rows. Items are
+compared as :func:`agentrl.core.metrics.same_item_key` does (id and normalised question).
 """
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ def heldout_rows(preset: dict) -> list[dict]:
 
         cfg = eval_config(preset, offset=int(demo.get("train_questions", 0)), limit=int(demo["heldout_questions"]))
         rows += load_rows(cfg, preset)
+    heldout_qa = (preset.get("eval") or {}).get("heldout_qa")
+    if heldout_qa:
+        from agentrl.data.corpus import load_qa
+
+        rows += load_qa(heldout_qa)
     return rows
 
 

@@ -18,6 +18,16 @@ PROMPTS = {
     "search_brief": (
         "Use the search tool to find the answer, then reply with <answer>short answer</answer>."
     ),
+    # the seed's MultiHop-RAG-NoThink semantics (DeepSearch-RL): passages only, decide after each search, refine
+    # the queries when the passages fall short, a one-entity answer, "Insufficient Information" when not found
+    "search_nothink": (
+        "You answer questions with the `search` tool, using only the passages it returns; check your answer "
+        "against their text.\n"
+        "After each search, decide whether the passages are enough. If they are, reply with the answer inside "
+        "<answer></answer> tags; keep it as short as possible: one word or one entity. If they are not, write "
+        "sharper search queries and search again, at most {max_searches} searches in all.\n"
+        "If the passages never contain the answer, reply <answer>Insufficient Information</answer>."
+    ),
 }
 
 
