@@ -14,17 +14,33 @@ PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml"))
 
 
 def synthesised_rows(preset: dict) -> list[dict]:
-    """Every row phase 01 could have produced a trajectory for: the [eval] rows from 0 with no limit, and each
-    GRPO environment's evaluation rows."""
+    """Every row phase 01 could have produced a trajectory for: the [eval] rows from 0 with no limit, the rows of
+    a separate GRPO training file, and each GRPO environment's evaluation rows."""
     from agentrl.envs import registry
     from agentrl.rollout.evaluate import eval_config, load_rows
     from agentrl.train.grpo import grpo_config
 
     rows = load_rows(eval_config(preset, offset=0, limit=10**6), preset)  # the whole file, whatever [eval] limits
+    if grpo_config(preset).qa and grpo_config(preset).env == registry.DEFAULT:  # a separate training file
+        rows += load_rows(eval_config(preset, qa=grpo_config(preset).qa, offset=0, limit=10**6), preset)
     envs = {grpo_config(preset).env, *(k[5:] for k in preset if k.startswith("grpo_"))} - {registry.DEFAULT, "mixed"}
     for env in sorted(envs):
         rows += [{**r, "env": env} for r in registry.get(env).rows("eval", None, 40, preset)]
     return rows
+
+
+def multihop_rag_sample(name: str, tmp_path) -> list[str]:
+    """Return the ``--set`` overrides that point a preset reading ``runs/multihop_rag/`` at the small hub-layout
+    sample converted into ``tmp_path`` (the bundled-sample stand-in for the hub download); [] for other presets."""
+    from agentrl.data.multihop_rag import prepare
+    from multihop_sample import write_hub_layout
+
+    if "runs/multihop_rag/" not in (REPO_ROOT / "configs" / f"{name}.toml").read_text():
+        return []
+    d = tmp_path / "mhr"
+    prepare(write_hub_layout(tmp_path / "hub"), d)
+    return [f'eval.qa="{d}/validation.jsonl"', f'eval.heldout_qa="{d}/validation.jsonl"', f'grpo.qa="{d}/train.jsonl"',
+            "grpo.eval_questions=5"]
 
 
 def trajectory(row: dict) -> dict:
@@ -41,7 +57,7 @@ def test_no_held_out_item_of_a_preset_reaches_its_training_data(name, tmp_path, 
     from agentrl.train.grpo import grpo_config, split_rows
     from agentrl.train.heldout import drop_heldout, heldout_keys
 
-    preset = load(name)
+    preset = load(name, multihop_rag_sample(name, tmp_path))
     keys = heldout_keys(preset)
     assert keys, f"{name} holds nothing out: its evaluations would measure training items"
     rows = synthesised_rows(preset)

@@ -115,6 +115,8 @@ LAYOUTS = {
     "musique": "paragraphs = [{title, paragraph_text, is_supporting}, ..]",
     "musique-flashrag": "metadata.question_decomposition = [{support_paragraph: {title, paragraph_text, "
                         "is_supporting}}, ..]",
+    "multihop-rag": "metadata.evidence_list = [{title, fact, ..}, ..] (gold only: the passages are a corpus file; "
+                    "null queries carry none)",
 }
 
 

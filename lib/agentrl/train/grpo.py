@@ -243,6 +243,44 @@ def split_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[d
     return train, held
 
 
+def preset_heldout_rows(preset: dict) -> list[dict]:
+    """Return the task rows ``preset`` holds out, which no training path may use (agentrl.train.heldout): each GRPO
+    table's evaluation rows, the demo's held-out questions and every row of ``[eval] heldout_qa``."""
+    rows: list[dict] = []
+    if "grpo" in preset:
+        envs = dict.fromkeys([grpo_config(preset).env, *(k[5:] for k in preset if k.startswith("grpo_"))])
+        for env in envs:
+            settings = grpo_config(preset, env=env)
+            rows += split_rows(settings, preset)[1]
+    demo = preset.get("demo") or {}
+    if demo.get("heldout_questions") and "eval" in preset:
+        from agentrl.rollout.evaluate import eval_config, load_rows
+
+        cfg = eval_config(preset, offset=int(demo.get("train_questions", 0)), limit=int(demo["heldout_questions"]))
+        rows += load_rows(cfg, preset)
+    heldout_qa = (preset.get("eval") or {}).get("heldout_qa")
+    if heldout_qa:
+        from agentrl.data.corpus import load_qa
+
+        rows += load_qa(heldout_qa)
+    return rows
+
+
+def without_heldout(rows: list[dict], preset: dict) -> list[dict]:
+    """Return the training ``rows`` without the preset's held-out items (:func:`preset_heldout_rows`), printing
+    one line with the count when any is dropped; a DataError when none is left."""
+    from agentrl.core.metrics import same_item_key
+
+    keys = {same_item_key(r) for r in preset_heldout_rows(preset)}
+    kept = [r for r in rows if same_item_key(r) not in keys]
+    if len(kept) < len(rows):
+        print(f"held-out hygiene: dropped {len(rows) - len(kept)} of {len(rows)} GRPO training rows (evaluation / "
+              "GRPO held-out items of the preset)")
+    if not kept:
+        raise DataError("GRPO has no training rows left: every one is a held-out item of the preset")
+    return kept
+
+
 def pooled_rows(settings: GRPOSettings, preset: dict) -> tuple[list[dict], list[dict]]:
     """Return ``(train, held_out)`` for a mixture or a pooled environment without ``qa``: training rows from the
     environment's (each family's) ``train`` rows, held-out rows from its ``heldout`` rows (train-fold games vs
@@ -499,11 +537,7 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
     loaded.tokenizer.padding_side = "left"  # generation pads on the left
     task = build_task(settings, preset)
     train_rows, held_out = split_rows(settings, preset)
-    from agentrl.train.heldout import drop_heldout, heldout_keys
-
-    train_rows = drop_heldout(train_rows, heldout_keys(preset), "GRPO training rows")
-    if not train_rows:
-        raise DataError("GRPO has no training rows left: every one is a held-out item of the preset")
+    train_rows = without_heldout(train_rows, preset)
     rows = training_rows(settings, task, preset, train_rows)
     checkpoint = (prepare(out / "trainer", resume, overwrite, extra=("evals.json",)) if resume or _main_process()
                   else None)

@@ -16,26 +16,9 @@ log = logging.getLogger(__name__)
 
 def heldout_rows(preset: dict) -> list[dict]:
     """Return the task rows ``preset`` holds out (see the module docstring); [] for a preset without phases."""
-    from agentrl.train.grpo import grpo_config, split_rows
+    from agentrl.train.grpo import preset_heldout_rows
 
-    rows: list[dict] = []
-    if "grpo" in preset:
-        envs = dict.fromkeys([grpo_config(preset).env, *(k[5:] for k in preset if k.startswith("grpo_"))])
-        for env in envs:
-            settings = grpo_config(preset, env=env)
-            rows += split_rows(settings, preset)[1]
-    demo = preset.get("demo") or {}
-    if demo.get("heldout_questions") and "eval" in preset:
-        from agentrl.rollout.evaluate import eval_config, load_rows
-
-        cfg = eval_config(preset, offset=int(demo.get("train_questions", 0)), limit=int(demo["heldout_questions"]))
-        rows += load_rows(cfg, preset)
-    heldout_qa = (preset.get("eval") or {}).get("heldout_qa")
-    if heldout_qa:
-        from agentrl.data.corpus import load_qa
-
-        rows += load_qa(heldout_qa)
-    return rows
+    return preset_heldout_rows(preset)
 
 
 def heldout_keys(preset: dict) -> set[tuple[str, str]]:
