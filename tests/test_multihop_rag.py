@@ -134,3 +134,18 @@ def test_gpu_plan_sizes_the_preset_on_every_card(card):
 
     results = plans(apply_card(load("gpu_multihop_rag"), card), card)
     assert [p.phase for p in results] == ["sft", "grpo"] and all(p.fits for p in results)
+
+
+def test_the_seed_table_puts_runs_next_to_the_seeds_figures(tmp_path, capsys):
+    from agentrl.cli import main
+
+    run = tmp_path / "mhr-sft"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps({"n": 200, "overall": {"f1": 0.7123, "em": 0.64, "acc": 0.7}}))
+    (run / "manifest.json").write_text(json.dumps({"config": {"policy": {"kind": "endpoint", "model": "mhr-sft"},
+                                                               "task": {"top_k": 3}}}))
+    assert main(["seed-table", str(run), "--config", "gpu_multihop_rag"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2] == "| mhr-sft: mhr-sft (n=200) | 3 | 200 | 0.712 | 0.640 | 0.700 |"
+    assert out[-1] == "| seed: + LoRA SFT + GSPO | 3 | 200 | 0.863 |  |  |"
+    assert main(["seed-table", str(tmp_path / "none")]) == 2

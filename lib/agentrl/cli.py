@@ -119,6 +119,14 @@ def cmd_multihop_rag(args) -> int:
     return 0
 
 
+def cmd_seed_table(args) -> int:
+    """`agentrl seed-table`: evaluation runs in the seed's table format, next to the seed's figures; return 0."""
+    from agentrl.app.seed_table import seed_table
+
+    print(seed_table(args.runs, _preset(args)))
+    return 0
+
+
 def _corpus_embedder(corpus_dir: Path) -> str | None:
     """Return the embedder a corpus run was chunked with (its manifest), or None."""
     import json
@@ -386,6 +394,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "hub's MultiHopRAG.json and corpus.json (JSON arrays or JSON lines)")
     c.add_argument("--out", default="runs/multihop_rag", help="output directory (default runs/multihop_rag)")
     c.set_defaults(func=cmd_multihop_rag)
+
+    c = sub.add_parser("seed-table", help="evaluation runs as the seed's table (model, top-k, chunk size, F1/EM/acc) "
+                                          "next to the seed's MultiHop-RAG figures")
+    c.add_argument("runs", nargs="+", help="evaluation run directories (runs/eval/NAME)")
+    c.add_argument("--config", help="preset name or TOML path (its [corpus] chunk size)")
+    _set_flag(c)
+    c.set_defaults(func=cmd_seed_table)
 
     c = sub.add_parser("index", help="build BM25 + dense indexes over a corpus")
     c.add_argument("--corpus", required=True, help="corpus run directory (or corpus.jsonl)")
