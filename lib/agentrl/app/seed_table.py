@@ -26,7 +26,7 @@ def run_row(run_dir: str | Path, chunk_size: int | None) -> tuple:
         raise DataError(f"{run}: not an evaluation run ({exc})") from None
     config = manifest.get("config") or {}
     policy = config.get("policy") or {}
-    model = policy.get("model") or policy.get("adapter") or policy.get("kind") or run.name
+    model = policy.get("adapter") or policy.get("model") or policy.get("kind") or run.name
     top_k = (config.get("task") or {}).get("top_k") or (config.get("eval") or {}).get("top_k")
     overall = metrics["overall"]
     return (f"{run.name}: {model} (n={metrics['n']})", top_k, chunk_size,
