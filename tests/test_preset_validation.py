@@ -88,10 +88,12 @@ def test_set_without_a_preset_is_a_usage_error(capsys):
 
 
 def test_notebooks_gather_set_flags_as_marimo_and_the_environment_give_them():
+    from marimo._cli.parse_args import parse_args as marimo_parse  # what mo.cli_args() returns, parsed by marimo
+
     from agentrl.app.notebook import cli_args, collect_sets, parse_args
 
-    marimo_style = {"config": "demo", "set grpo.max_steps": 2, "set grpo.use_vllm": False,
-                    "set grpo.trl.importance_sampling_level": "sequence"}
+    marimo_style = marimo_parse(["--config", "demo", "--set", "grpo.max_steps=2", "--set", "grpo.use_vllm=false",
+                                 "--set", "grpo.trl.importance_sampling_level=sequence"])
     assert collect_sets(marimo_style) == {"config": "demo", "set": [
         "grpo.max_steps=2", "grpo.use_vllm=false", "grpo.trl.importance_sampling_level=sequence"]}
     env = parse_args("--config demo --set grpo.max_steps=2 --set sft.max_steps=3")
