@@ -95,6 +95,9 @@ def test_corpus_index_and_retrieval_evaluation_from_the_converted_files(hub, tmp
     assert report["summary"]["questions"] == sum(r["metadata"]["question_type"] != "null_query" for r in rows)
     hybrid = report["methods"]["hybrid"]
     assert hybrid["recall@10"] > 0.5 and 0 < hybrid["fact_hits@3"] <= hybrid["fact_hits@10"] <= 1
+    from agentrl.retrieval.evaluate import results_table
+
+    assert "fact_hits@10" in results_table(report).columns  # printed by `agentrl retrieval-eval`
 
 
 def test_the_cli_converts_and_names_a_missing_source(hub, tmp_path, capsys):

@@ -120,6 +120,7 @@ def results_table(report: dict):
     ks = report["ks"]
     cols = [f"recall@{k}" for k in ks] + [f"recall@{k}_reachable" for k in ks if k in (5, 10)]
     cols += ["all_gold@5", "all_gold@5_reachable", "mrr@10", "ndcg@10", "ndcg@10_reachable"]
+    cols += [f"fact_hits@{k}" for k in ks if k in (1, 5, 10)]  # MultiHop-RAG rows: its own Hits@k on evidence facts
     rows = []
     for method, m in report["methods"].items():
         rows.append({"method": method, **{c: m.get(c) for c in cols if c in m}})
