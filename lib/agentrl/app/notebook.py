@@ -218,15 +218,27 @@ def demonstration_limit(preset: dict) -> int:
 
     if (preset.get("demo") or {}).get("train_questions"):
         return int(preset["demo"]["train_questions"])
-    rows = load_rows(eval_config(preset, offset=0, limit=None), preset)
+    rows = load_rows(eval_config(preset, offset=0, limit=None, qa=training_qa(preset)), preset)
     return max(1, len(rows) - max(0, grpo_config(preset).eval_questions))
 
 
+def training_qa(preset: dict) -> str | None:
+    """Return the preset's separate training QA file (``[grpo] qa`` of a search run, e.g. MultiHop-RAG's training
+    split, when ``[eval]`` evaluates on another file), else None: demonstrations come from the training split."""
+    from agentrl.envs import registry
+    from agentrl.train.grpo import grpo_config
+
+    g = grpo_config(preset) if "grpo" in preset else None
+    return g.qa if g is not None and g.qa and g.env == registry.DEFAULT else None
+
+
 def oracle_config(preset: dict, **overrides):
-    """Return the EvalConfig of the preset's oracle demonstrations (``overrides`` as in eval_config)."""
+    """Return the EvalConfig of the preset's oracle demonstrations (``overrides`` as in eval_config), on its
+    training QA file when it has one (:func:`training_qa`)."""
     from agentrl.rollout.evaluate import eval_config
 
-    base = {"name": oracle_name(preset), "policy": "oracle", "offset": 0, "limit": demonstration_limit(preset)}
+    base = {"name": oracle_name(preset), "policy": "oracle", "offset": 0, "limit": demonstration_limit(preset),
+            "qa": training_qa(preset)}
     return eval_config(preset, **{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
 
