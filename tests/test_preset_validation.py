@@ -188,3 +188,14 @@ def test_lora_dropout_on_top_of_an_adapter_is_applied_and_recorded(tiny_model, s
     assert manifest["config"]["trl"] == {"importance_sampling_level": "sequence"}
     saved = json.loads((tmp_path / "runs" / "grpo" / "grpo" / "adapter" / "adapter_config.json").read_text())
     assert saved["lora_dropout"] == 0.3 and saved["r"] == 8
+
+
+def test_a_set_key_wins_over_the_cards_table(capsys):
+    from agentrl.cli import _preset, build_parser
+    from agentrl.train.grpo import grpo_config
+
+    args = build_parser().parse_args(["grpo", "--config", "colab_qwen3_4b", "--gpu", "L4",
+                                      "--set", "grpo.model.gpu_memory_utilization=0.4"])
+    assert grpo_config(_preset(args)).model.gpu_memory_utilization == 0.4  # [gpu.L4.grpo.model] says 0.65
+    args = build_parser().parse_args(["grpo", "--config", "colab_qwen3_4b", "--gpu", "L4"])
+    assert grpo_config(_preset(args)).model.gpu_memory_utilization == 0.65

@@ -22,7 +22,7 @@ def _preset(args) -> dict:
     commands that take ``--gpu`` (default: the detected card; a note says which). Under a distributed launch
     (``accelerate launch``: FSDP, DeepSpeed, several processes) the detected card's tables are not applied: they
     size one process alone on one card (Unsloth with a colocated vLLM); ``--gpu CARD`` still applies them."""
-    from agentrl.app.presets import load
+    from agentrl.app.presets import load, with_sets
 
     sets = getattr(args, "set", None) or []
     if sets and not getattr(args, "config", None):
@@ -38,7 +38,7 @@ def _preset(args) -> dict:
             print(f"GPU class {card}, distributed launch ({launch}): the preset's [gpu.*] tables are for one process "
                   f"on one card and are not applied (--gpu {card} applies them anyway)", file=sys.stderr)
             card = None
-        preset = apply_card(preset, card)
+        preset = with_sets(apply_card(preset, card), sets)  # --set wins over the card's table
         if card:
             print(f"GPU class {card}: the preset's [gpu.{card}] settings apply" if card in preset["gpu"] else
                   f"GPU class {card}: the preset has no [gpu.{card}] table, its base settings apply", file=sys.stderr)

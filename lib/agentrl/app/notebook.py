@@ -107,16 +107,17 @@ def choose_preset(args: dict, default: str = "demo") -> tuple[dict, str]:
     command line; the preset and the overrides are checked first (agentrl.app.presets). Every notebook calls it, so
     all five use the same preset. In Jupyter it also ends an earlier :func:`stop` (the notebook is deciding again
     from here)."""
-    from agentrl.app.presets import load, set_values
+    from agentrl.app.presets import load, set_values, with_sets
     from agentrl.train.gpu_plan import apply_card, query_gpus
 
     _resume_cells()
     gpus = query_gpus()
     card = gpus[0].card if gpus else None
     name = args.get("config") or (GPU_PRESETS[card] if card else default)
-    preset = load(name, set_values(args.get("set")))
+    sets = set_values(args.get("set"))
+    preset = load(name, sets)
     if card:
-        preset = apply_card(preset, card)
+        preset = with_sets(apply_card(preset, card), sets)  # --set wins over the card's table
         why = "as asked (--config)" if args.get("config") else f"the GPU preset for a {card}"
         extra = f" with its [gpu.{card}] settings" if card in (preset.get("gpu") or {}) else ""
         return preset, f"GPU {gpus[0].name} ({card}): preset **{name}**{extra}, {why}"

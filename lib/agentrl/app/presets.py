@@ -50,6 +50,16 @@ def load(name_or_path: str | Path, sets: list[str] | tuple[str, ...] | None = ()
     return load_preset(name_or_path, list(sets or ()), schema=preset_schema())
 
 
+def with_sets(preset: dict, sets: list[str] | tuple[str, ...] | None) -> dict:
+    """Return ``preset`` with the (already checked) ``--set`` overrides written over it again: after a
+    ``[gpu.<CARD>]`` overlay, so a key the user set on the command line is not replaced by the card's table."""
+    from agentrl.core.config import merge_into, nest, parse_set
+
+    for expr in sets or ():
+        merge_into(preset, nest(*parse_set(expr)))
+    return preset
+
+
 def set_values(value) -> list[str]:
     """Return the ``--set`` overrides a notebook got (``mo.cli_args()`` gives one string, or a list when the flag
     repeats; ``AGENTRL_NB_ARGS`` the same), as a list of ``section.key=value`` strings."""
