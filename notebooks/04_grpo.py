@@ -46,7 +46,19 @@ def _():
 
 
 @app.cell
-def _(env_pick, preset, which):
+def _(env_pick, preset):
+    prepare_button = mo.ui.run_button(label="Build the missing inputs")
+    _ready = nb.inputs_ready(preset, "grpo", env_pick.value)
+    prepare_button if nb.interactive() and not _ready else mo.md("")
+    return (prepare_button,)
+
+
+@app.cell
+def _(env_pick, prepare_button, preset, which):
+    # a fresh runtime builds the index (and a CPU preset's SFT adapter: minutes) only when asked
+    mo.stop(nb.interactive() and not (prepare_button.value or nb.inputs_ready(preset, "grpo", env_pick.value)),
+            mo.md("This runtime lacks the index or the SFT adapter GRPO starts from: press **Build the missing "
+                  "inputs** (a CPU preset trains its SFT adapter here, minutes)."))
     inputs = nb.phase_inputs(preset, "grpo", env=env_pick.value)  # a fresh runtime: built here
     print(which.replace("**", ""), inputs)
     if inputs.missing:
@@ -78,7 +90,7 @@ def _(settings, task, train_rows):
     # the configured rewards on three episodes of a training item, played on the real env: the oracle's, its
     # answer without any tool call, a broken tool call
     funcs = grpo.reward_functions(settings)[0]
-    table = pl.DataFrame(nb.reward_table(funcs, nb.reward_samples(task, train_rows[0])))
+    table = pl.DataFrame(nb.reward_table(funcs, nb.reward_samples(task, train_rows[0]), list(settings.rewards)))
     mo.vstack([mo.md(f"## 2 · Rewards on sample completions\nweights: `{settings.rewards}`"), table])
     return
 
@@ -124,12 +136,13 @@ def _(result):
 
 @app.cell
 def _(result, settings):
+    _rank = nb.adapter_rank(result.out / "adapter", settings.model.lora.r)
     mo.md(f"""
     ## 6 · Save
-    The adapter is in `{result.out / "adapter"}`. Serve it with
-    `{nb.serve_command(settings.model.name, result.out / "adapter")}`
-    (vLLM's default rank limit is 16; the presets train r 64), or merge it
-    (`agentrl.train.sft.merge_adapter`) for a standalone 16-bit model.
+    The adapter is in `{result.out / "adapter"}` (LoRA r {_rank}). Serve it with
+    `{nb.serve_command(settings.model.name, result.out / "adapter", _rank)}`
+    (vLLM's default rank limit is 16: `--max-lora-rank` must be at least the adapter's r; the GPU presets train
+    r 64), or merge it (`agentrl.train.sft.merge_adapter`) for a standalone 16-bit model.
     """)
     return
 

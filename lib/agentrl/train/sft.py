@@ -13,6 +13,7 @@ and counted. Output, under ``runs/sft/<name>/``::
     metrics.json    loss curve, eval loss, before/after check metrics
     manifest.json   config, backend (and why), versions, counts
     trainer/runs/   TensorBoard logs
+    log.jsonl       every logged step (loss, learning rate, grad norm, eval loss)
     trainer/checkpoint-<step>/  every ``save_steps`` steps; ``agentrl sft --resume`` continues from the last
     trainer/earlier-<n>/        an earlier run's checkpoints, moved aside by a run without --resume (--overwrite
                                 deletes them instead)
@@ -236,6 +237,11 @@ def make_trainer(settings: SFTSettings, loaded, data: SFTData, out: Path, callba
 
         trainer = train_on_responses_only(trainer, instruction_part="<|im_start|>user\n",
                                           response_part="<|im_start|>assistant\n")
+    from agentrl.train.progress import attach_progress
+
+    # a progress bar and loss chart instead of transformers' printed log dicts; the full log in out/log.jsonl
+    attach_progress(trainer, f"SFT {settings.name}", out, shown=("loss", "eval_loss", "learning_rate"),
+                    chart=("loss", "eval_loss"))
     return trainer
 
 
