@@ -37,19 +37,15 @@ def metric_by_type_chart(records: list[dict], metric: str = "f1"):
         .properties(title=f"mean {metric} by question type", width=alt.Step(60), height=220))
 
 
-# what a person reading an environment's metrics needs to know to read two of them side by side
-METRIC_NOTES = {
-    "sql": "`acc`/`em`/`f1` are the headline: AgentBench's verdict on the answer (SELECT) or the final table "
-           "(INSERT/UPDATE/DELETE). `result_match` counts only SELECT tasks whose agent ran a SELECT returning the "
-           "label values from the task's table; write tasks are 0 there and `state_match` scores them, and an "
-           "answer given without such a SELECT (the oracle replays the gold answer) is right by `acc` with "
-           "`result_match` 0. `exec` is execution match with partial credit.",
-}
-
-
 def metric_notes(env: str) -> str:
-    """Return the note that explains ``env``'s metrics side by side ("" when none is needed)."""
-    return METRIC_NOTES.get(env, "")
+    """Return the note that explains ``env``'s metrics side by side (its registry entry's ``metrics_note``; ""
+    when none is needed or ``env`` is unknown)."""
+    from agentrl.envs import registry
+
+    try:
+        return registry.get(env).metrics_note
+    except Exception:  # a user's environment that no longer loads: no note
+        return ""
 
 
 def chat_markdown(traj: dict, max_chars: int = 1200) -> str:
