@@ -158,3 +158,25 @@ class Progress:
                 self._handle = display(chart, display_id=True)
             else:
                 self._handle.update(chart)
+
+
+def quiet_library_output() -> None:
+    """Turn off the libraries' own per-item output around a phase: datasets' map bars, transformers' and the
+    Hub's download/loading bars and info logs, math_verify's per-call timeout warning. Each phase reports through
+    :class:`Progress` instead."""
+    import logging
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()
+    except ImportError:
+        pass
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
