@@ -130,7 +130,9 @@ class Notebook:
 
     def screenshot(self) -> Path:
         SHOTS.mkdir(parents=True, exist_ok=True)
-        height = self.driver.execute_script("return document.body.scrollHeight")
+        # marimo scrolls inside its app element, not the body: size the window to the tallest scrolling content
+        height = self.driver.execute_script(
+            "return Math.max(...[...document.querySelectorAll('*')].map(e => e.scrollHeight));")
         self.driver.set_window_size(1400, max(1200, min(int(height) + 200, 8000)))
         path = SHOTS / f"{self.name}.png"
         self.driver.save_screenshot(str(path))
