@@ -10,6 +10,7 @@ with app.setup:
     import marimo as mo
     import polars as pl
 
+    from agentrl.app import hparams
     from agentrl.app import notebook as nb
     from agentrl.app.viewer import chat_markdown
     from agentrl.core.io import read_jsonl
@@ -53,9 +54,11 @@ def _(model_pick):
 
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
-    settings = sft.sft_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None),
-                              model_name=nb.prepared_model(model_pick.value))
-    backend, reason = choose_backend(settings.model.backend)
+    # --max_steps / --name on the command line: the form's defaults (the preset's values otherwise)
+    cli = {k: nb.arg(args, k, None) for k in ("max_steps", "name") if k in args}
+    model_name = nb.prepared_model(model_pick.value)
+    defaults = sft.sft_config(hparams.apply(preset, "sft", cli), model_name=model_name)
+    backend, reason = choose_backend(defaults.model.backend)
     print(which.replace("**", ""), f"backend {backend} ({reason})")
     mo.md(f"""
     ## 1 · Install
@@ -65,7 +68,23 @@ def _(model_pick):
     {which} · torch {torch.__version__} · CUDA available: **{torch.cuda.is_available()}** · unsloth installed:
     **{importlib.util.find_spec("unsloth") is not None}** → backend **{backend}** ({reason})
     """)
-    return args, preset, settings
+    return args, cli, defaults, model_name, preset
+
+
+@app.cell
+def _(defaults):
+    hp = hparams.form("sft", defaults)
+    mo.vstack([mo.md("### Hyperparameters\nDefaults from the preset's `[sft]` table; what you change here is applied "
+                     "to it before validation and recorded in the run's `manifest.json`."), hp])
+    return (hp,)
+
+
+@app.cell
+def _(cli, defaults, hp, model_name, preset):
+    _changes = hparams.overrides(hp.value, defaults)
+    settings = sft.sft_config(hparams.apply(preset, "sft", {**cli, **_changes}), model_name=model_name)
+    mo.md(f"Changed from the preset: `{_changes}`" if _changes else "")
+    return (settings,)
 
 
 @app.cell

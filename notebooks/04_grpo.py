@@ -7,6 +7,7 @@ with app.setup:
     import marimo as mo
     import polars as pl
 
+    from agentrl.app import hparams
     from agentrl.app import notebook as nb
     from agentrl.app.viewer import chat_markdown
     from agentrl.envs.base import tool_methods
@@ -67,10 +68,24 @@ def _(env_pick, prepare_button, preset, which):
 
 
 @app.cell
-def _(args, env_pick, inputs, model_pick, preset, which):
+def _(args, env_pick, model_pick, preset):
+    # the form's defaults: the preset (and --max_steps / --name); [grpo_<env>] is the table applied last for an env
+    section = f"grpo_{env_pick.value}"
+    cli = {k: nb.arg(args, k, None) for k in ("max_steps", "name") if k in args}
+    defaults = grpo.grpo_config(hparams.apply(preset, section, cli), env=env_pick.value,
+                                model_name=nb.prepared_model(model_pick.value))
+    hp = hparams.form("grpo", defaults)
+    mo.vstack([mo.md("### Hyperparameters\nDefaults from the preset's `[grpo]` table; what you change here is "
+                     "applied to it before validation and recorded in the run's `manifest.json`."), hp])
+    return cli, defaults, hp, section
+
+
+@app.cell
+def _(cli, defaults, env_pick, hp, inputs, model_pick, preset, section, which):
     # another env than the preset's [grpo] one: its [grpo_<env>] table, else the env's default rewards
-    settings = grpo.grpo_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None),
-                                env=env_pick.value, model_name=nb.prepared_model(model_pick.value))
+    _changes = hparams.overrides(hp.value, defaults)
+    settings = grpo.grpo_config(hparams.apply(preset, section, {**cli, **_changes}), env=env_pick.value,
+                                model_name=nb.prepared_model(model_pick.value))
     settings.adapter = nb.adapter_for(settings.adapter, nb.prepared_model(model_pick.value))
     task = grpo.build_task(settings, preset)
     train_rows = grpo.split_rows(settings, preset)[0]
@@ -81,6 +96,7 @@ def _(args, env_pick, inputs, model_pick, preset, which):
 
     `{settings.env}`: `{type(env).__name__}` · tools: {", ".join(f"`{t}`" for t in tool_methods(env))} ·
     {len(train_rows)} training items · start from `{settings.adapter or settings.model.name}`
+    {f"· changed from the preset: `{_changes}`" if _changes else ""}
     """)
     return settings, task, train_rows
 
