@@ -7,7 +7,7 @@ with app.setup:
     import marimo as mo
     import polars as pl
 
-    from agentrl.app import hparams
+    from agentrl.app import compare, hparams
     from agentrl.app import notebook as nb
     from agentrl.app.viewer import chat_markdown
     from agentrl.envs.base import tool_methods
@@ -151,10 +151,33 @@ def _(result):
 
 
 @app.cell
+def _(result):
+    # any runs with trajectories can be picked; by default the first and the last held-out evaluation of this run
+    _steps = [r for r in compare.available_runs() if r.startswith(str(result.out / "eval") + "/")]
+    picked_runs = mo.ui.multiselect(compare.available_runs(), value=[_steps[0], _steps[-1]] if _steps else [],
+                                    label="runs to compare (the first is the baseline)", full_width=True)
+    only = mo.ui.dropdown(["all", *compare.STATUSES], value="all", label="items")
+    mo.vstack([mo.md("## 6 · Compare runs item by item (also `agentrl compare RUN RUN --html page.html`)"),
+               picked_runs, only])
+    return only, picked_runs
+
+
+@app.cell
+def _(only, picked_runs):
+    mo.stop(len(picked_runs.value) < 2, mo.md("Pick at least two runs."))
+    cmp = compare.compare(picked_runs.value)
+    mo.vstack([mo.md(f"**{cmp.metric}** on {len(cmp.items)} shared items · "
+                     + " · ".join(f"{k} {v}" for k, v in cmp.counts().items()) + " (last run against the first)"),
+               compare.aggregate_frame(cmp),
+               mo.ui.table(compare.frame(cmp, None if only.value == "all" else only.value), page_size=10)])
+    return
+
+
+@app.cell
 def _(result, settings):
     _rank = nb.adapter_rank(result.out / "adapter", settings.model.lora.r)
     mo.md(f"""
-    ## 6 · Save
+    ## 7 · Save
     The adapter is in `{result.out / "adapter"}` (LoRA r {_rank}). Serve it with
     `{nb.serve_command(settings.model.name, result.out / "adapter", _rank)}`
     (vLLM's default rank limit is 16: `--max-lora-rank` must be at least the adapter's r; the GPU presets train
