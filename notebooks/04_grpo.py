@@ -151,9 +151,10 @@ def _(result):
 
 
 @app.cell
-def _(result):
-    # any runs with trajectories can be picked; by default the first and the last held-out evaluation of this run
-    _steps = [r for r in compare.available_runs() if r.startswith(str(result.out / "eval") + "/")]
+def _(settings):
+    # any runs with trajectories (on disk: no training needed); by default the first and the last held-out
+    # evaluation of this run's name
+    _steps = [r for r in compare.available_runs() if r.startswith(f"runs/grpo/{settings.name}/eval/")]
     picked_runs = mo.ui.multiselect(compare.available_runs(), value=[_steps[0], _steps[-1]] if _steps else [],
                                     label="runs to compare (the first is the baseline)", full_width=True)
     only = mo.ui.dropdown(["all", *compare.STATUSES], value="all", label="items")
