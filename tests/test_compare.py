@@ -1,5 +1,6 @@
 """`agentrl compare`: two real evaluation runs of the same questions (the oracle and the untrained tiny model) side by
-side per item, with the aggregate table and its paired interval, in the terminal and as an HTML page."""
+side per item, with the aggregate table and its paired interval, in the terminal and as an HTML page; the same
+runs' metrics in TensorBoard, and report_to trackers that are not installed."""
 
 import subprocess
 import sys
@@ -57,3 +58,29 @@ def test_trajectories_that_agree_do_not_diverge():
     other = {"messages": [{"role": "assistant", "content": "x", "tool_calls": [
         {"function": {"name": "search", "arguments": {"query": "b"}}}]}]}
     assert first_divergence([same, same]) is None and first_divergence([same, other]) == 1
+
+
+def test_a_phase_01_run_logs_its_metrics_to_tensorboard(tmp_path, small_index, tiny_model):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    oracle, _ = _runs(tmp_path, small_index, tiny_model)
+    acc = EventAccumulator(str(oracle / "tensorboard"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("eval/f1")] == [(4, 1.0)]
+    assert "tools/mean_calls" in acc.Tags()["scalars"]
+
+
+def test_a_tracker_asked_for_but_not_installed_is_dropped_with_one_line(capsys):
+    import importlib.util
+
+    import pytest
+
+    from agentrl.core.tracking import trackers
+
+    missing = next((n for n in ("wandb", "trackio") if importlib.util.find_spec(n) is None), None)
+    if missing is None:
+        pytest.skip("wandb and trackio are both installed here")
+    assert trackers(["tensorboard", missing]) == ["tensorboard"]
+    assert capsys.readouterr().out.strip() == (f"report_to: {missing} is not installed (pip install {missing}); "
+                                               "the run logs without it")
+    assert trackers("none") == [] and trackers(None) == []

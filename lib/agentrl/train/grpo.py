@@ -283,6 +283,7 @@ def training_args(settings: GRPOSettings, reward_weights: list[float], out: Path
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl import GRPOConfig
 
+    from agentrl.core.tracking import trackers
     from agentrl.train.checkpoints import gradient_checkpointing, save_args
     from agentrl.train.models import choose_backend, cuda_available, cuda_precision, progress_bars
 
@@ -304,7 +305,7 @@ def training_args(settings: GRPOSettings, reward_weights: list[float], out: Path
         mask_truncated_completions=bool(settings.mask_truncated_completions),
         vllm_importance_sampling_correction=settings.vllm_importance_sampling_correction,
         reward_weights=reward_weights, log_completions=settings.log_completions, num_completions_to_print=2,
-        logging_steps=settings.logging_steps, report_to=settings.report_to, seed=settings.seed,
+        logging_steps=settings.logging_steps, report_to=trackers(settings.report_to), seed=settings.seed,
         use_cpu=use_cpu, **cuda_precision(),
         gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing, backend),
         use_vllm=settings.use_vllm, vllm_mode=settings.vllm_mode,

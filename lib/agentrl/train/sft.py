@@ -200,6 +200,7 @@ def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out
     checkpoints.gradient_checkpointing)."""
     from trl import SFTConfig
 
+    from agentrl.core.tracking import trackers
     from agentrl.train.checkpoints import gradient_checkpointing, save_args
     from agentrl.train.models import cuda_available, cuda_precision, progress_bars
 
@@ -216,7 +217,7 @@ def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out
         gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing, backend),
         eval_strategy=("steps" if settings.eval_steps else "epoch") if has_val else "no",
         eval_steps=settings.eval_steps, logging_steps=settings.logging_steps, logging_first_step=True,
-        report_to=settings.report_to, seed=settings.seed, use_cpu=use_cpu,
+        report_to=trackers(settings.report_to), seed=settings.seed, use_cpu=use_cpu,
         **cuda_precision(), disable_tqdm=not progress_bars(),
         dataset_num_proc=None, remove_unused_columns=True, **save_args(settings.save_steps, settings.save_total_limit),
     )
