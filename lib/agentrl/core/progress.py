@@ -106,7 +106,9 @@ class Progress:
         self.points += [{"step": step, "series": k, "value": float(metrics[k])} for k in self.chart_keys
                         if isinstance(metrics.get(k), (int, float))]
         if self.front == "marimo":
-            self._bar.update_progress(increment=advance, subtitle=self.metrics_text())
+            elapsed = f"{format_seconds(time.monotonic() - self.start)} elapsed"
+            self._bar.update_progress(increment=advance, subtitle=" · ".join(filter(None, [elapsed,
+                                                                                           self.metrics_text()])))
         elif self.front == "notebook":
             self._bar.update(advance)
             self._bar.set_postfix_str(self.metrics_text())
