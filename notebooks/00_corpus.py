@@ -8,6 +8,7 @@ with app.setup:
     import polars as pl
 
     from agentrl.app import notebook as nb
+    from agentrl.core.io import read_json
     from agentrl.data.pipeline import corpus_and_index, corpus_paths, eval_qa_path
     from agentrl.retrieval import Retriever
     from agentrl.retrieval.evaluate import recall_chart, results_table, run_retrieval_eval
@@ -60,14 +61,32 @@ def _(build_button, preset, rebuild):
 
 
 @app.cell
-def _(preset, run):
-    report = run_retrieval_eval(run.index_dir, eval_qa_path(preset))
+def _():
+    eval_button = mo.ui.run_button(label="Evaluate retrieval")
+    eval_button
+    return (eval_button,)
+
+
+@app.cell
+def _(eval_button, preset, run):
+    # an earlier evaluation of this index shows directly; a new one (about 30 s on CPU) waits for the button
+    _saved = run.index_dir.parent / "retrieval_eval.json"
+    _fresh = _saved.is_file() and read_json(_saved).get("inputs", {}).get("index") == str(run.index_dir)
+    mo.stop(nb.interactive() and not (_fresh or eval_button.value),
+            mo.md("Press **Evaluate retrieval** to measure recall@k of BM25, dense and hybrid on the QA set "
+                  "(about 30 s on CPU)."))
+    if eval_button.value or not _fresh:
+        with mo.status.spinner("Evaluating retrieval…"):
+            report = run_retrieval_eval(run.index_dir, eval_qa_path(preset))
+    else:
+        report = read_json(_saved)
     s = report["summary"]
     print(f"{s['questions']} questions: {s['gold_absent_from_corpus']} of {s['gold_titles']} gold passages "
           f"are absent from the corpus; {s['questions_all_gold_present']} questions have all their gold.")
     print(results_table(report).select("method", "recall@2", "recall@5", "recall@10", "recall@5_reachable", "ndcg@10"))
     mo.vstack([mo.md(f"**{s['gold_absent_from_corpus']} / {s['gold_titles']}** gold passages are not in the "
-                     "corpus; `_reachable` columns count only the rest."),
+                     "corpus; `_reachable` columns count only the rest."
+                     + ("" if eval_button.value or not _fresh else f" (saved in `{_saved}`; the button re-runs it)")),
                results_table(report), recall_chart(report)])
     return
 

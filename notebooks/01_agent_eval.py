@@ -10,7 +10,7 @@ with app.setup:
     import marimo as mo
 
     from agentrl.app import notebook as nb
-    from agentrl.app.viewer import chat_markdown, metric_by_type_chart, trajectories_frame
+    from agentrl.app.viewer import chat_markdown, metric_by_type_chart, metric_notes, trajectories_frame
     from agentrl.core.io import read_json, read_jsonl
     from agentrl.rollout.evaluate import build_task, eval_config, run_eval
 
@@ -67,24 +67,30 @@ def _():
 
 @app.cell
 def _(args, base_url, env, extra_body, limit, local_model, max_tokens, model, name, policy, preset, temperature):
-    cfg = eval_config(preset, env=env.value, policy=policy.value, name=name.value, limit=int(limit.value),
+    # the preset's run name with another policy becomes that policy's own (never the oracle's results for "local")
+    _name = nb.run_name(preset, env.value, policy.value, name.value)
+    cfg = eval_config(preset, env=env.value, policy=policy.value, name=_name, limit=int(limit.value),
                       model_path=nb.prepared_model(local_model.value) if policy.value == "local" else None,
                       base_url=base_url.value or None, model=model.value or None,
                       temperature=float(temperature.value), max_tokens=int(max_tokens.value),
                       extra_body=extra_body.value or None)
     _note = ""
     if cfg.policy == "endpoint" and not nb.endpoint_up(cfg.endpoint.base_url):
-        _note = (f"No server answers at `{cfg.endpoint.base_url}`. To evaluate a served model, start it first: "
-                 f"`{nb.serve_command(cfg.endpoint.model)}`, then run this notebook again")
-        if "policy" not in args:  # the preset's default: go on with the oracle, whose runs phase 02 curates
+        _where = (f"No server answers at `{cfg.endpoint.base_url}`" if cfg.endpoint.base_url
+                  else "No base URL: type the endpoint's URL (e.g. `http://localhost:8000/v1`) above")
+        _note = (f"{_where}. To evaluate a served model, start it first: "
+                 f"`{nb.serve_command(cfg.endpoint.model)}`" + ("" if cfg.endpoint.model else " (type its name above)"))
+        # only the preset's own default falls back to the oracle (the demonstrations phase 02 curates); a policy
+        # chosen here or with --policy stops with the note
+        if "policy" not in args and policy.value == (preset.get("eval") or {}).get("policy", "oracle"):
             _pipeline = cfg.env == nb.default_env()  # the corpus -> SFT pipeline's own oracle run
             cfg = nb.oracle_config(preset, env=cfg.env, name=None if _pipeline else f"{cfg.env}_oracle",
                                    limit=None if _pipeline else cfg.limit)
             _note += f". Meanwhile this runs the **oracle** (gold evidence through the real tools) as `{cfg.name}`."
+        else:
+            nb.stop(_note + ".")
     print(_note or f"evaluating {cfg.policy} as {cfg.name}")
-    if _note and "policy" in args:
-        nb.stop(_note + ".")  # --policy endpoint was asked for: nothing to evaluate
-    mo.md(_note)
+    mo.md(_note or f"Evaluating **{cfg.policy}** as run `{cfg.name}` (`runs/eval/{cfg.name}/`).")
     return (cfg,)
 
 
@@ -119,8 +125,10 @@ def _():
 
 
 @app.cell
-def _(metric, records):
-    mo.vstack([mo.ui.table(trajectories_frame(records), page_size=10), metric_by_type_chart(records, metric.value)])
+def _(cfg, metric, records):
+    _note = metric_notes(cfg.env)
+    mo.vstack([mo.ui.table(trajectories_frame(records), page_size=10), metric_by_type_chart(records, metric.value),
+               mo.md(_note) if _note else mo.md("")])
     return
 
 

@@ -114,9 +114,10 @@ def _():
 
 
 @app.cell
-def _(curate_button, preset, runs):
+def _(curate_button, env_pick, preset, runs):
     cfg = data_config(preset)
-    out = Path("runs") / "data" / cfg.name
+    # the search pipeline's data keeps the preset's name (03 trains on it); another environment's gets its own
+    out = Path("runs") / "data" / (cfg.name if env_pick.value == nb.default_env() else f"{cfg.name}_{env_pick.value}")
     mo.stop(nb.interactive() and not curate_button.value,
             mo.md(f"Press **Curate + export** to write `{out}` with the preset's `[data]` settings."))
     _done = nb.curate_runs(preset, runs, out)

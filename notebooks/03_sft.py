@@ -10,6 +10,7 @@ with app.setup:
     import marimo as mo
     import polars as pl
 
+    from agentrl.app import hparams
     from agentrl.app import notebook as nb
     from agentrl.app.viewer import chat_markdown
     from agentrl.core.io import read_jsonl
@@ -53,44 +54,67 @@ def _(model_pick):
 
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
-    inputs = nb.phase_inputs(preset, "sft")  # a fresh runtime: the earlier phases' outputs, built here
-    settings = sft.sft_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None),
-                              model_name=nb.prepared_model(model_pick.value))
-    backend, reason = choose_backend(settings.model.backend)
-    print(which.replace("**", ""), inputs, f"backend {backend} ({reason})")
-    if inputs.missing:
-        nb.stop(inputs.missing)
+    # --max_steps / --name on the command line: the form's defaults (the preset's values otherwise)
+    cli = {k: nb.arg(args, k, None) for k in ("max_steps", "name") if k in args}
+    model_name = nb.prepared_model(model_pick.value)
+    defaults = sft.sft_config(hparams.apply(preset, "sft", cli), model_name=model_name)
+    backend, reason = choose_backend(defaults.model.backend)
+    print(which.replace("**", ""), f"backend {backend} ({reason})")
     mo.md(f"""
     ## 1 · Install
     Locally `uv sync` has everything for the CPU path. On Colab or a GPU box the exported notebook's first cell
     installs the pinned GPU stack and this repository (`scripts/export_to_ipynb.sh`).
 
-    {which} {inputs} ·
-    torch {torch.__version__} · CUDA available: **{torch.cuda.is_available()}** · unsloth installed:
+    {which} · torch {torch.__version__} · CUDA available: **{torch.cuda.is_available()}** · unsloth installed:
     **{importlib.util.find_spec("unsloth") is not None}** → backend **{backend}** ({reason})
     """)
-    return args, preset, settings
+    return args, cli, defaults, model_name, preset
+
+
+@app.cell
+def _(defaults):
+    hp = hparams.form("sft", defaults)
+    mo.vstack([mo.md("### Hyperparameters\nDefaults from the preset's `[sft]` table; what you change here is applied "
+                     "to it before validation and recorded in the run's `manifest.json`."), hp])
+    return (hp,)
+
+
+@app.cell
+def _(cli, defaults, hp, model_name, preset):
+    _changes = hparams.overrides(hp.value, defaults)
+    settings = sft.sft_config(hparams.apply(preset, "sft", {**cli, **_changes}), model_name=model_name)
+    mo.md(f"Changed from the preset: `{_changes}`" if _changes else "")
+    return (settings,)
 
 
 @app.cell
 def _(settings):
-    loaded = sft.load_model(settings)
-    trainable = sum(p.numel() for p in loaded.model.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in loaded.model.parameters())
-    print(f"model {settings.model.name} on {loaded.backend}: {trainable:,} trainable of {total:,} parameters")
-    mo.md(f"## 2 · Model\n`{settings.model.name}` on **{loaded.backend}** · LoRA r={settings.model.lora.r}, "
-          f"alpha={settings.model.lora.alpha} · {trainable:,} trainable of {total:,} parameters")
-    return (loaded,)
+    load_button = mo.ui.run_button(label="Load model + data")
+    mo.vstack([mo.md(f"## 2 · Model and data\n`{settings.model.name}` with LoRA r={settings.model.lora.r}, "
+                     f"alpha={settings.model.lora.alpha}; data `{settings.data}`"), load_button])
+    return (load_button,)
 
 
 @app.cell
-def _(loaded, settings):
+def _(load_button, preset, settings):
+    mo.stop(nb.interactive() and not load_button.value,
+            mo.md("Press **Load model + data** (on a fresh runtime this first builds the corpus, the oracle's "
+                  "demonstrations and the curated data)."))
+    inputs = nb.phase_inputs(preset, "sft")  # a fresh runtime: the earlier phases' outputs, built here
+    if inputs.missing:
+        nb.stop(inputs.missing)
+    loaded = sft.load_model(settings)
+    trainable = sum(p.numel() for p in loaded.model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in loaded.model.parameters())
+    print(inputs, f"model {settings.model.name} on {loaded.backend}: {trainable:,} trainable of {total:,} parameters")
     data = sft.load_data(settings, loaded.tokenizer)
     print(f"data {data.train_path}: {data.counts}")
     _row = data.train[0]
-    mo.vstack([mo.md(f"## 3 · Data\n`{data.train_path}` · {data.counts}"),
+    mo.vstack([mo.md(f"`{settings.model.name}` on **{loaded.backend}** · {trainable:,} trainable of {total:,} "
+                     f"parameters {inputs}"),
+               mo.md(f"`{data.train_path}` · {data.counts}"),
                mo.md(chat_markdown({"id": _row["id"], "messages": _row["messages"], "policy": "oracle"}, 400))])
-    return (data,)
+    return data, loaded
 
 
 @app.cell
@@ -125,15 +149,16 @@ def _(loaded, metrics, out, preset, settings):
     _traj = read_jsonl(out / "check" / "sft" / "trajectories.jsonl")[0] if check else None
     mo.vstack([mo.md("## 5 · Inference check on held-out questions (base vs adapter)"),
                table if check else mo.md("No held-out question left (all were in the SFT data): check skipped."),
-               mo.md(chat_markdown(_traj, 600) if _traj else "")])
+               mo.md(nb.check_note(settings.model.name, check)), mo.md(chat_markdown(_traj, 600) if _traj else "")])
     return
 
 
 @app.cell
-def _():
+def _(settings):
     merge_button = mo.ui.run_button(label="Merge to 16-bit")
-    mo.vstack([mo.md("## 6 · Save\nThe adapter is in `runs/sft/<name>/adapter`. Merge it for serving without "
-                     "`--enable-lora --max-lora-rank 64` (see docs/colab.md)."), merge_button])
+    mo.vstack([mo.md(f"## 6 · Save\nThe adapter is in `runs/sft/{settings.name}/adapter` (LoRA r "
+                     f"{settings.model.lora.r}). Merge it for serving without `--enable-lora --max-lora-rank "
+                     f"{max(16, settings.model.lora.r)}` (see docs/colab.md)."), merge_button])
     return (merge_button,)
 
 

@@ -7,6 +7,7 @@ with app.setup:
     import marimo as mo
     import polars as pl
 
+    from agentrl.app import compare, hparams
     from agentrl.app import notebook as nb
     from agentrl.app.viewer import chat_markdown
     from agentrl.envs.base import tool_methods
@@ -46,7 +47,19 @@ def _():
 
 
 @app.cell
-def _(env_pick, preset, which):
+def _(env_pick, preset):
+    prepare_button = mo.ui.run_button(label="Build the missing inputs")
+    _ready = nb.inputs_ready(preset, "grpo", env_pick.value)
+    prepare_button if nb.interactive() and not _ready else mo.md("")
+    return (prepare_button,)
+
+
+@app.cell
+def _(env_pick, prepare_button, preset, which):
+    # a fresh runtime builds the index (and a CPU preset's SFT adapter: minutes) only when asked
+    mo.stop(nb.interactive() and not (prepare_button.value or nb.inputs_ready(preset, "grpo", env_pick.value)),
+            mo.md("This runtime lacks the index or the SFT adapter GRPO starts from: press **Build the missing "
+                  "inputs** (a CPU preset trains its SFT adapter here, minutes)."))
     inputs = nb.phase_inputs(preset, "grpo", env=env_pick.value)  # a fresh runtime: built here
     print(which.replace("**", ""), inputs)
     if inputs.missing:
@@ -55,10 +68,24 @@ def _(env_pick, preset, which):
 
 
 @app.cell
-def _(args, env_pick, inputs, model_pick, preset, which):
+def _(args, env_pick, model_pick, preset):
+    # the form's defaults: the preset (and --max_steps / --name); [grpo_<env>] is the table applied last for an env
+    section = f"grpo_{env_pick.value}"
+    cli = {k: nb.arg(args, k, None) for k in ("max_steps", "name") if k in args}
+    defaults = grpo.grpo_config(hparams.apply(preset, section, cli), env=env_pick.value,
+                                model_name=nb.prepared_model(model_pick.value))
+    hp = hparams.form("grpo", defaults)
+    mo.vstack([mo.md("### Hyperparameters\nDefaults from the preset's `[grpo]` table; what you change here is "
+                     "applied to it before validation and recorded in the run's `manifest.json`."), hp])
+    return cli, defaults, hp, section
+
+
+@app.cell
+def _(cli, defaults, env_pick, hp, inputs, model_pick, preset, section, which):
     # another env than the preset's [grpo] one: its [grpo_<env>] table, else the env's default rewards
-    settings = grpo.grpo_config(preset, max_steps=nb.arg(args, "max_steps", None), name=nb.arg(args, "name", None),
-                                env=env_pick.value, model_name=nb.prepared_model(model_pick.value))
+    _changes = hparams.overrides(hp.value, defaults)
+    settings = grpo.grpo_config(hparams.apply(preset, section, {**cli, **_changes}), env=env_pick.value,
+                                model_name=nb.prepared_model(model_pick.value))
     settings.adapter = nb.adapter_for(settings.adapter, nb.prepared_model(model_pick.value))
     task = grpo.build_task(settings, preset)
     train_rows = grpo.split_rows(settings, preset)[0]
@@ -69,6 +96,7 @@ def _(args, env_pick, inputs, model_pick, preset, which):
 
     `{settings.env}`: `{type(env).__name__}` · tools: {", ".join(f"`{t}`" for t in tool_methods(env))} ·
     {len(train_rows)} training items · start from `{settings.adapter or settings.model.name}`
+    {f"· changed from the preset: `{_changes}`" if _changes else ""}
     """)
     return settings, task, train_rows
 
@@ -78,7 +106,7 @@ def _(settings, task, train_rows):
     # the configured rewards on three episodes of a training item, played on the real env: the oracle's, its
     # answer without any tool call, a broken tool call
     funcs = grpo.reward_functions(settings)[0]
-    table = pl.DataFrame(nb.reward_table(funcs, nb.reward_samples(task, train_rows[0])))
+    table = pl.DataFrame(nb.reward_table(funcs, nb.reward_samples(task, train_rows[0]), list(settings.rewards)))
     mo.vstack([mo.md(f"## 2 · Rewards on sample completions\nweights: `{settings.rewards}`"), table])
     return
 
@@ -123,13 +151,38 @@ def _(result):
 
 
 @app.cell
+def _(settings):
+    # any runs with trajectories (on disk: no training needed); by default the first and the last held-out
+    # evaluation of this run's name
+    _steps = [r for r in compare.available_runs() if r.startswith(f"runs/grpo/{settings.name}/eval/")]
+    picked_runs = mo.ui.multiselect(compare.available_runs(), value=[_steps[0], _steps[-1]] if _steps else [],
+                                    label="runs to compare (the first is the baseline)", full_width=True)
+    only = mo.ui.dropdown(["all", *compare.STATUSES], value="all", label="items")
+    mo.vstack([mo.md("## 6 · Compare runs item by item (also `agentrl compare RUN RUN --html page.html`)"),
+               picked_runs, only])
+    return only, picked_runs
+
+
+@app.cell
+def _(only, picked_runs):
+    mo.stop(len(picked_runs.value) < 2, mo.md("Pick at least two runs."))
+    cmp = compare.compare(picked_runs.value)
+    mo.vstack([mo.md(f"**{cmp.metric}** on {len(cmp.items)} shared items · "
+                     + " · ".join(f"{k} {v}" for k, v in cmp.counts().items()) + " (last run against the first)"),
+               compare.aggregate_frame(cmp),
+               mo.ui.table(compare.frame(cmp, None if only.value == "all" else only.value), page_size=10)])
+    return
+
+
+@app.cell
 def _(result, settings):
+    _rank = nb.adapter_rank(result.out / "adapter", settings.model.lora.r)
     mo.md(f"""
-    ## 6 · Save
-    The adapter is in `{result.out / "adapter"}`. Serve it with
-    `{nb.serve_command(settings.model.name, result.out / "adapter")}`
-    (vLLM's default rank limit is 16; the presets train r 64), or merge it
-    (`agentrl.train.sft.merge_adapter`) for a standalone 16-bit model.
+    ## 7 · Save
+    The adapter is in `{result.out / "adapter"}` (LoRA r {_rank}). Serve it with
+    `{nb.serve_command(settings.model.name, result.out / "adapter", _rank)}`
+    (vLLM's default rank limit is 16: `--max-lora-rank` must be at least the adapter's r; the GPU presets train
+    r 64), or merge it (`agentrl.train.sft.merge_adapter`) for a standalone 16-bit model.
     """)
     return
 

@@ -149,10 +149,28 @@ def test_on_a_toy_verifiable_task_the_reward_rises(trained, tiny_model, small_in
     assert len(rewards) == 24 and last > first
 
 
-def test_run_writes_adapter_and_evaluates_the_current_policy(trained, tiny_model, small_index, tmp_path):
+def test_run_writes_adapter_and_evaluates_the_current_policy(trained, tiny_model, small_index, tmp_path, capfd):
+    capfd.readouterr()
     result = run_grpo(settings(trained, tiny_model, name="ev", max_steps=2, eval_every=1, eval_questions=3,
-                               rewards={"answer_f1": 1.0, "format": 0.2}), check_preset(small_index), runs=tmp_path)
+                               rewards={"answer_f1": 1.0, "format": 0.2}, report_to=["tensorboard"]),
+                      check_preset(small_index), runs=tmp_path)
     out = tmp_path / "grpo" / "ev"
+    # a progress line, not transformers' log dicts; every step and held-out evaluation in log.jsonl and TensorBoard
+    printed = capfd.readouterr().out
+    assert "{'loss'" not in printed and "'reward':" not in printed, printed
+    assert "GRPO ev: step 2/2" in printed, printed
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "reward" in r] == [1, 2]
+    assert [r["step"] for r in log if "heldout/f1" in r] == [1, 2]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    scalars = {}
+    for events in (out / "trainer" / "runs").rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events.parent))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars.setdefault(tag, set()).update(e.step for e in acc.Scalars(tag))
+    assert scalars.get("heldout/f1") == {1, 2} and "train/reward" in scalars, sorted(scalars)
     assert (out / "adapter" / "adapter_config.json").exists()
     metrics = json.loads((out / "metrics.json").read_text())
     assert [e["step"] for e in metrics["evals"]] == [1, 2]

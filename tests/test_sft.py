@@ -40,6 +40,9 @@ def test_run_directory_has_adapter_metrics_and_manifest(trained):
     assert manifest["backend"] == "transformers" and manifest["phase"] == "sft"
     assert manifest["counts"]["steps"] == 300
     assert json.loads((out / "metrics.json").read_text())["check"]["sft"]["n"] == 10
+    # every logged step in log.jsonl (logging_steps 20 over 300 steps, and the first step)
+    logged = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if "loss" in r] == [1, *range(20, 301, 20)]
 
 
 def test_save_then_reload_gives_the_same_outputs(trained, tiny_model):

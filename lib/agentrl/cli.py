@@ -344,6 +344,17 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    """`agentrl compare RUN RUN...`: the runs side by side on their shared items; return 0 or raise DataError."""
+    from agentrl.app.compare import compare, format_table, write_html
+
+    c = compare(args.runs, metric=args.metric)
+    print(format_table(c, only=args.only))
+    if args.html:
+        print(f"wrote {write_html(c, args.html)}")
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 
 
@@ -373,6 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
     _set_flag(c)
     c.add_argument("--rebuild", action="store_true", help="rebuild everything instead of reusing runs/")
     c.set_defaults(func=cmd_demo)
+
+    c = sub.add_parser("compare", help="evaluation runs side by side per item, with 95%% CIs (e.g. base, SFT, GRPO)")
+    c.add_argument("runs", nargs="+", help="run directories with trajectories.jsonl, or names under runs/eval/")
+    c.add_argument("--metric", help="the outcome compared (default: the environment's headline metric)")
+    c.add_argument("--only", choices=["improved", "regressed", "unchanged"], help="list only these items")
+    c.add_argument("--html", help="also write a self-contained HTML page here")
+    c.set_defaults(func=cmd_compare)
 
     c = sub.add_parser("corpus", help="build a passage corpus from QA contexts or a corpus file")
     c.add_argument("--config", help="preset name or TOML path (its [corpus] table gives defaults)")

@@ -28,47 +28,43 @@ def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool
     """Run the phases of the preset (with the ``--set`` overrides ``sets``) in order; return one StepResult per
     phase."""
     from agentrl.app.presets import load
+    from agentrl.core.progress import quiet_library_output
     from agentrl.data.pipeline import corpus_and_index, eval_qa_path
-    from agentrl.retrieval.evaluate import print_retrieval_report, run_retrieval_eval
+    from agentrl.retrieval.evaluate import run_retrieval_eval
 
+    quiet_library_output()  # one line per phase (training phases: their progress line), no library bars or logs
     preset = load(preset_name, sets)
     results: list[StepResult] = []
 
-    t = time.perf_counter()
-    run = corpus_and_index(preset, rebuild=rebuild, progress=progress)
-    report = run_retrieval_eval(run.index_dir, eval_qa_path(preset))
-    print_retrieval_report(report)
-    hybrid = report["methods"]["hybrid"]
-    results.append(StepResult(
-        "00 corpus", str(run.corpus_dir),
-        {"passages": run_passages(run.index_dir), "recall@5 hybrid": hybrid["recall@5"],
-         "recall@5 bm25": report["methods"]["bm25"]["recall@5"],
-         "recall@5 dense": report["methods"]["dense"]["recall@5"],
-         "recall@5 reachable": hybrid["recall@5_reachable"]},
-        time.perf_counter() - t))
+    def corpus() -> StepResult:
+        run = corpus_and_index(preset, rebuild=rebuild, progress=progress)
+        report = run_retrieval_eval(run.index_dir, eval_qa_path(preset))
+        hybrid = report["methods"]["hybrid"]
+        return StepResult(
+            "00 corpus", str(run.corpus_dir),
+            {"passages": run_passages(run.index_dir), "recall@5 hybrid": hybrid["recall@5"],
+             "recall@5 bm25": report["methods"]["bm25"]["recall@5"],
+             "recall@5 dense": report["methods"]["dense"]["recall@5"],
+             "recall@5 reachable": hybrid["recall@5_reachable"]})
 
-    t = time.perf_counter()
-    results.append(demo_eval(preset, rebuild))
-    results[-1].seconds = time.perf_counter() - t
-
+    phases = [corpus, lambda: demo_eval(preset, rebuild)]
     for env in registry.names(evaluable=True):
         if registry.get(env).demo_items and env != registry.DEFAULT:  # the default env's run is phases 00-04
-            t = time.perf_counter()
-            results.append(demo_env(preset, env, rebuild))
-            results[-1].seconds = time.perf_counter() - t
-
-    t = time.perf_counter()
-    results.append(demo_data(preset))
-    results[-1].seconds = time.perf_counter() - t
-
-    t = time.perf_counter()
-    results.append(demo_sft(preset, rebuild))
-    results[-1].seconds = time.perf_counter() - t
-
-    t = time.perf_counter()
-    results.append(demo_grpo(preset, rebuild))
-    results[-1].seconds = time.perf_counter() - t
+            phases.append(lambda env=env: demo_env(preset, env, rebuild))
+    phases += [lambda: demo_data(preset), lambda: demo_sft(preset, rebuild), lambda: demo_grpo(preset, rebuild)]
+    for phase in phases:
+        t = time.perf_counter()
+        result = phase()
+        result.seconds = time.perf_counter() - t
+        results.append(result)
+        print(phase_line(result), flush=True)
     return results
+
+
+def phase_line(r: StepResult) -> str:
+    """Return a phase's line: name, time and its key figures."""
+    figures = " · ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in r.figures.items())
+    return f"[{r.phase}] {r.seconds:.0f} s · {figures}"  # bracketed: the summary's own lines start with the phase
 
 
 def demo_grpo(preset: dict, rebuild: bool) -> StepResult:

@@ -76,13 +76,13 @@ def should_run(button) -> bool:
     return not interactive() or bool(getattr(button, "value", False))
 
 
-def use_repo_root() -> Path:
+def use_repo_root() -> None:
     """Change into the working directory (``AGENTRL_WORKDIR``, else the repository root, where configs/ and
-    data/ live) and return it."""
+    data/ live). Returns None: a notebook's setup cell ends with this call, and a returned path would show as a
+    stray ``PosixPath(...)`` output in app mode and Jupyter."""
     target = Path(os.environ.get("AGENTRL_WORKDIR") or REPO_ROOT)
     if (target / "configs").is_dir() and Path.cwd() != target:
         os.chdir(target)
-    return Path.cwd()
 
 
 def arg(args: dict, name: str, default):
@@ -182,6 +182,23 @@ def phase_inputs(preset: dict, phase: str, env: str | None = None) -> Inputs:
     return out
 
 
+def inputs_ready(preset: dict, phase: str, env: str | None = None) -> bool:
+    """Return True when :func:`phase_inputs` would build nothing for ``phase`` (a notebook then goes on without a
+    button; otherwise building the index, the demonstrations or an SFT adapter waits for one)."""
+    from agentrl.data.pipeline import corpus_paths
+    from agentrl.train.grpo import grpo_config
+
+    pipeline = (env or default_env()) == default_env()
+    adapter = grpo_config(preset).adapter if phase == "grpo" else None
+    need_adapter = bool(adapter) and not (Path(adapter) / "adapter_config.json").is_file()
+    need_index = pipeline and phase in ("eval", "grpo") or phase == "sft" or need_adapter
+    if need_index and not (corpus_paths(preset)[1] / "index.json").exists():
+        return False
+    if (phase == "sft" or need_adapter) and not _sft_data(preset).is_file():
+        return False
+    return not need_adapter
+
+
 def _index(preset: dict, out: Inputs) -> None:
     from agentrl.data.pipeline import corpus_and_index, corpus_paths
 
@@ -262,11 +279,14 @@ def curate_runs(preset: dict, runs: list[str], out: Path) -> dict:
     return {"report": report, "counts": export(out, FORMATS)}
 
 
-def endpoint_up(base_url: str, timeout: float = 3.0) -> bool:
-    """Return True when a server answers ``GET <base_url>/models`` (any HTTP status: a 401 is a server too)."""
+def endpoint_up(base_url: str | None, timeout: float = 3.0) -> bool:
+    """Return True when a server answers ``GET <base_url>/models`` (any HTTP status: a 401 is a server too); False
+    for no URL."""
     import urllib.error
     import urllib.request
 
+    if not base_url or not base_url.strip():
+        return False
     try:
         urllib.request.urlopen(base_url.rstrip("/") + "/models", timeout=timeout).close()
         return True
@@ -281,13 +301,21 @@ def endpoint_up(base_url: str, timeout: float = 3.0) -> bool:
 SERVE_MAX_MODEL_LEN = 16384
 
 
-def serve_command(model: str, adapter: str | None = None) -> str:
-    """Return the ``vllm serve`` line for ``model`` (with the LoRA ``adapter`` as model "agent"): hermes tool
-    calls for the agent's ``tools`` (vLLM rejects tool_choice "auto" without them), a bounded context, and LoRA
-    slots of rank 64 (vLLM's default limit is 16; the presets train r 64)."""
-    lora = f" --enable-lora --max-lora-rank 64 --lora-modules agent={adapter}" if adapter else ""
-    return (f"vllm serve {model}{lora} --enable-auto-tool-choice --tool-call-parser hermes "
+def serve_command(model: str | None, adapter: str | None = None, rank: int = 64) -> str:
+    """Return the ``vllm serve`` line for ``model`` (``<model>`` when none is chosen yet; with the LoRA ``adapter``
+    as model "agent"): hermes tool calls for the agent's ``tools`` (vLLM rejects tool_choice "auto" without
+    them), a bounded context, and LoRA slots of the adapter's ``rank`` (vLLM's default limit is 16)."""
+    lora = f" --enable-lora --max-lora-rank {max(16, rank)} --lora-modules agent={adapter}" if adapter else ""
+    return (f"vllm serve {model or '<model>'}{lora} --enable-auto-tool-choice --tool-call-parser hermes "
             f"--max-model-len {SERVE_MAX_MODEL_LEN}")
+
+
+def adapter_rank(adapter: Path, default: int) -> int:
+    """Return the LoRA rank ``r`` of the saved ``adapter`` (its adapter_config.json), else ``default``."""
+    import json
+
+    config = Path(adapter) / "adapter_config.json"
+    return int(json.loads(config.read_text()).get("r", default)) if config.is_file() else default
 
 
 def stop(message: str) -> None:
@@ -342,6 +370,30 @@ def _marimo_mode() -> str | None:
     except Exception:
         return None
     return mode if mode in ("edit", "run", "script") else None
+
+
+def run_name(preset: dict, env: str, policy: str, typed: str) -> str:
+    """Return the evaluation run's name: what the user typed, except the preset's default name with another policy
+    than the preset's (that name holds the preset's own run: the oracle's in the demo), which becomes
+    ``<policy>`` (``<env>_<policy>`` off the default environment), so a local model never shows the oracle's
+    results."""
+    defaults = preset.get("eval") or {}
+    if typed != defaults.get("name", "eval") or policy == defaults.get("policy", "oracle"):
+        return typed
+    return policy if env == default_env() else f"{env}_{policy}"
+
+
+def check_note(model: str, check: dict) -> str:
+    """Return a sentence that reads a base-vs-adapter check whose F1 is 0 on both sides ("" otherwise): the tiny
+    random model (or any model too small for the task) cannot answer, so the check is read by its tool-call columns."""
+    if not check or any((c.get("f1") or 0) > 0 for c in check.values()):
+        return ""
+    tiny = Path(model).name == "tiny"
+    who = ("The tiny model is random (0.8M parameters, built offline in seconds): it cannot answer a question, so "
+           if tiny else "Neither the base model nor the adapter answered a held-out question, so ")
+    return (who + "F1 is 0 for both. What SFT changes here is the format: compare the tool-call columns "
+            "(`episodes_with_wellformed_call`, `mean_calls`). A pretrained model (SmolLM2-135M, or a GPU preset) "
+            "is needed for answers.")
 
 
 # the models a notebook offers besides the preset's own: both work offline on CPU
@@ -443,18 +495,20 @@ def reward_samples(task, row: dict) -> dict[str, tuple]:
     return out
 
 
-def reward_table(funcs, samples: dict[str, tuple]) -> dict[str, list]:
+def reward_table(funcs, samples: dict[str, tuple], names: list[str] | None = None) -> dict[str, list]:
     """Return ``{"completion": labels, <reward name>: values}``: each reward function on each sample episode
-    (async ones, the judge, are run to completion)."""
+    (async ones, the judge, are run to completion), values rounded to 4 decimals. ``names`` are the rewards'
+    names as the preset writes them (``format``, not the function's ``format_reward``)."""
     import inspect
 
     from agentrl.core.aio import run_sync
 
     table: dict[str, list] = {"completion": list(samples)}
-    for f in funcs:
+    for i, f in enumerate(funcs):
         values = []
         for prompt, completion, env, gold in samples.values():
             got = f([prompt], [completion], environments=[env], golden_answers=[gold])
-            values.append((run_sync(got) if inspect.isawaitable(got) else got)[0])
-        table[getattr(f, "__name__", "reward")] = values
+            value = (run_sync(got) if inspect.isawaitable(got) else got)[0]
+            values.append(None if value is None else round(float(value), 4))
+        table[names[i] if names else getattr(f, "__name__", "reward")] = values
     return table

@@ -30,18 +30,34 @@ def metric_by_type_chart(records: list[dict], metric: str = "f1"):
 
     df = trajectories_frame(records).with_columns(pl.col("type").fill_null("all"))
     agg = df.group_by("type").agg(pl.col(metric).mean().alias(metric), pl.len().alias("n")).sort("type")
-    return (alt.Chart(agg).mark_bar().encode(x=alt.X("type:N", title="question type"),
-                                             y=alt.Y(f"{metric}:Q", scale=alt.Scale(domain=[0, 1])),
-                                             tooltip=["type", metric, "n"])
-            .properties(title=f"mean {metric} by question type", width=320, height=220))
+    # a band per type, wide enough for its label, and labels at an angle: long type names are not cut off
+    return (alt.Chart(agg).mark_bar().encode(
+        x=alt.X("type:N", title="question type", axis=alt.Axis(labelAngle=-30, labelLimit=240)),
+        y=alt.Y(f"{metric}:Q", scale=alt.Scale(domain=[0, 1])), tooltip=["type", metric, "n"])
+        .properties(title=f"mean {metric} by question type", width=alt.Step(60), height=220))
+
+
+def metric_notes(env: str) -> str:
+    """Return the note that explains ``env``'s metrics side by side (its registry entry's ``metrics_note``; ""
+    when none is needed or ``env`` is unknown)."""
+    from agentrl.envs import registry
+
+    try:
+        return registry.get(env).metrics_note
+    except Exception:  # a user's environment that no longer loads: no note
+        return ""
 
 
 def chat_markdown(traj: dict, max_chars: int = 1200) -> str:
     """Return a markdown rendering of a trajectory, turn by turn (long tool outputs cut to ``max_chars``)."""
     label = " (oracle demonstration)" if traj.get("policy") == "oracle" else ""
-    lines = [f"**{traj['id']}**{label} · model `{traj.get('model')}` · finish `{traj.get('finish')}` · "
-             f"prediction `{traj.get('prediction')}` · gold `{traj.get('golden_answers')}` · "
-             f"f1 {float((traj.get('metrics') or {}).get('f1') or 0):.2f}"]
+    # only what the record has: a training row (03's data) has no model, finish, prediction or metrics
+    head = [f"{key} `{traj[field]}`" for key, field in (("model", "model"), ("finish", "finish"),
+                                                        ("prediction", "prediction"), ("gold", "golden_answers"))
+            if traj.get(field) is not None]
+    if (traj.get("metrics") or {}).get("f1") is not None:
+        head.append(f"f1 {float(traj['metrics']['f1']):.2f}")
+    lines = [" · ".join([f"**{traj['id']}**{label}", *head])]
     if traj.get("error"):
         lines.append(f"> error: {traj['error']}")
     for m in traj.get("messages") or []:
@@ -50,14 +66,21 @@ def chat_markdown(traj: dict, max_chars: int = 1200) -> str:
         if len(text) > max_chars:
             text = text[:max_chars] + " …"
         if m.get("reasoning"):
-            lines.append(f"*{role} reasoning:* {m['reasoning'][:max_chars]}")
+            lines.append(f"*{role} reasoning:* {_escape(m['reasoning'][:max_chars])}")
         for call in m.get("tool_calls") or []:
             fn = call["function"]
             lines.append(f"**{role} → `{fn['name']}`** `{_short(fn['arguments'])}`")
         if text or not m.get("tool_calls"):
             lines.append(f"**{role}{' ' + m['name'] if role == 'tool' and m.get('name') else ''}:**\n\n"
-                         + "\n".join(f"> {line}" for line in (text or "(empty)").splitlines()))
+                         + "\n".join(f"> {_escape(line)}" for line in (text or "(empty)").splitlines()))
     return "\n\n".join(lines)
+
+
+def _escape(text: str) -> str:
+    # markdown passes HTML through: <answer>...</answer> would vanish as an unknown tag
+    import html
+
+    return html.escape(text, quote=False)
 
 
 def _short(arguments: str) -> str:

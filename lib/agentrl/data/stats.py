@@ -115,7 +115,8 @@ def stats_markdown(stats: dict, title: str = "Trajectory statistics") -> str:
     for name, v in rows:
         lines.append(f"| {name} | {_fmt(v['all'], 1)} | {_fmt(v['success'], 1)} | {_fmt(v['failure'], 1)} |")
     r = stats["reasoning_chars"]
-    lines += ["", f"Reasoning: {r['trajectories']} trajectories carry reasoning text, {_fmt(r, 0)} characters each."]
+    lines += ["", f"Reasoning: {r['trajectories']} trajectories carry reasoning text, {_fmt(r, 0)} characters each."
+              if r["trajectories"] else "Reasoning: no trajectory carries reasoning text."]
     for col, label in (("tool_calls", "Tool calls"), ("turns", "Turns")):
         dist = stats[col]["distribution"]
         keys = sorted({k for d in dist.values() for k in d}, key=lambda x: int(x))

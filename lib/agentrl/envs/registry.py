@@ -57,6 +57,7 @@ class Environment:
     min_turns: int = 0  # evaluation gives an episode at least this many turns unless told otherwise
     demo_items: int = 0  # ``agentrl demo`` runs the oracle on this many of its eval items (0: not in the demo)
     mixture_note: str = ""  # added to a mixture's system prompt when this env takes part
+    metrics_note: str = ""  # how to read its metrics side by side (shown under an evaluation's table)
     folder: str | None = None  # where its README lives
 
 

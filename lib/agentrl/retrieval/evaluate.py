@@ -143,7 +143,8 @@ def recall_chart(report: dict):
         .mark_line(point=True)
         .encode(x=alt.X("k:Q", scale=alt.Scale(type="log", base=2)),
                 y=alt.Y("recall:Q", scale=alt.Scale(domain=[0, 1])),
-                color="method:N", strokeDash="gold:N", tooltip=["method", "k", "gold", "recall"])
+                # dash and point shape both tell all gold from reachable gold (the legend showed two equal dots)
+                color="method:N", strokeDash="gold:N", shape="gold:N", tooltip=["method", "k", "gold", "recall"])
         .properties(title="Retrieval recall@k", width=420, height=260)
     )
 

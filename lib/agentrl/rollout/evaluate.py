@@ -137,7 +137,8 @@ def load_rows(cfg: EvalConfig, preset: dict | None = None) -> list[dict]:
 def run_eval(cfg: EvalConfig, preset: dict | None = None, *, runs: str | Path = "runs", resume: bool = False,
              overwrite: bool = False, policy=None, task=None, out_dir: str | Path | None = None,
              rows: list[dict] | None = None) -> dict:
-    """Run the evaluation into ``runs/eval/<name>/`` (or ``out_dir``) and return its metrics.
+    """Run the evaluation into ``runs/eval/<name>/`` (or ``out_dir``) and return its metrics. A run under
+    ``runs/eval/<name>/`` also adds its metrics at step n (items done) to ``tensorboard/`` there.
 
     ``rows`` replaces the rows the config selects (e.g. a hand-picked subset)."""
     from agentrl.core.aio import run_sync
@@ -171,4 +172,11 @@ def run_eval(cfg: EvalConfig, preset: dict | None = None, *, runs: str | Path = 
             if judge is not None:
                 await judge.aclose()
 
-    return run_sync(main())
+    metrics = run_sync(main())
+    if out_dir == Path(runs) / "eval" / cfg.name:  # a phase-01 run: its metrics over the items done, in TensorBoard
+        from agentrl.core.tracking import log_scalars
+
+        log_scalars(out_dir / "tensorboard", {**{f"eval/{k}": v for k, v in metrics["overall"].items()},
+                                              **{f"tools/{k}": v for k, v in (metrics.get("tools") or {}).items()}},
+                    step=metrics["n"])
+    return metrics

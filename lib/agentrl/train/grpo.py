@@ -7,7 +7,8 @@ completion but masked out of the loss (``tool_mask``), so the model never trains
 weighted from the config and logged one by one, with TRL's tool-call frequency, completion length and
 share of zero-variance groups. The current policy is evaluated with the agent loop on held-out questions
 every ``eval_every`` steps and at the end. Output, under ``runs/grpo/<name>/``: ``adapter/``,
-``metrics.json`` (log history, evaluations), ``eval/step_<n>/`` trajectories, ``manifest.json``.
+``metrics.json`` (log history, evaluations), ``eval/step_<n>/`` trajectories, ``manifest.json``, ``log.jsonl``
+(every logged step and the held-out evaluations as ``heldout/<metric>``, also TensorBoard scalars).
 """
 
 from __future__ import annotations
@@ -347,6 +348,7 @@ def trainer_kwargs(settings: GRPOSettings, reward_weights: list[float], out: Pat
     """Return the GRPOConfig fields agentrl sets for a run on ``backend``: every
     loss and optimiser setting explicit (see GRPOSettings), checkpoints every ``save_steps``, gradient
     checkpointing by the Trainer on the transformers backend only (checkpoints.gradient_checkpointing)."""
+    from agentrl.core.tracking import trackers
     from agentrl.train.checkpoints import gradient_checkpointing, save_args
     from agentrl.train.models import choose_backend, cuda_available, cuda_precision, progress_bars
 
@@ -368,7 +370,7 @@ def trainer_kwargs(settings: GRPOSettings, reward_weights: list[float], out: Pat
         mask_truncated_completions=bool(settings.mask_truncated_completions),
         vllm_importance_sampling_correction=settings.vllm_importance_sampling_correction,
         reward_weights=reward_weights, log_completions=settings.log_completions, num_completions_to_print=2,
-        logging_steps=settings.logging_steps, report_to=settings.report_to, seed=settings.seed,
+        logging_steps=settings.logging_steps, report_to=trackers(settings.report_to), seed=settings.seed,
         use_cpu=use_cpu, **cuda_precision(),
         gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing, backend),
         use_vllm=settings.use_vllm, vllm_mode=settings.vllm_mode,
@@ -387,10 +389,17 @@ def make_trainer(settings: GRPOSettings, loaded, task, rows: list[dict], out: Pa
 
     funcs, weights, _ = reward_functions(settings)
     args = training_args(settings, weights, out, loaded.backend)
+    from agentrl.train.progress import attach_progress
+
     trainer_cls = family_trainer(GRPOTrainer) if registry.get(settings.env).routes else GRPOTrainer
-    return trainer_cls(model=loaded.model, processing_class=loaded.tokenizer, reward_funcs=funcs, args=args,
-                       train_dataset=Dataset.from_list(rows), environment_factory=task.make_env,
-                       callbacks=list(callbacks))
+    trainer = trainer_cls(model=loaded.model, processing_class=loaded.tokenizer, reward_funcs=funcs, args=args,
+                          train_dataset=Dataset.from_list(rows), environment_factory=task.make_env,
+                          callbacks=list(callbacks))
+    # a progress bar and reward chart instead of printed log dicts; held-out evaluations through its record()
+    trainer.live = attach_progress(trainer, f"GRPO {settings.name}", out,
+                                   shown=("reward", "tools/call_frequency", "completions/mean_length"),
+                                   chart=("reward",))
+    return trainer
 
 
 def family_trainer(base):
@@ -475,6 +484,8 @@ def eval_callback(settings: GRPOSettings, task, preset: dict, out: Path, results
                 if m is not None:
                     results.append(m)
                     write_json(out / "evals.json", results)
+                    if getattr(self.trainer, "live", None) is not None:  # JSONL, live chart, TensorBoard
+                        self.trainer.live.record(state.global_step, m)
 
     return AgentEval()
 
@@ -502,8 +513,9 @@ class GRPOResult:
     is_main: bool
 
 
-def summarize(history: list[dict], reward_names: list[str]) -> dict:
-    """Return ``{"history": rows}``: per-step reward, each reward function, tool calls, lengths, zero-std share."""
+def summarize(history: list[dict], reward_names: list[str], labels: list[str] | None = None) -> dict:
+    """Return ``{"history": rows}``: per-step reward, each reward function (as ``rewards/<label>``: the preset's
+    name of it, ``format`` for TRL's ``format_reward``), tool calls, lengths, zero-std share."""
     keep = ("reward", "reward_std", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
             "completions/mean_length", "completions/clipped_ratio", "loss", "kl", "entropy", "step_time")
     rows = []
@@ -513,9 +525,9 @@ def summarize(history: list[dict], reward_names: list[str]) -> dict:
         row = {"step": h["step"], **{k: h[k] for k in keep if k in h}}
         # mixed-task runs: each family's reward and success (agentrl.envs.mixed.env logs them)
         row.update({k: v for k, v in h.items() if k.count("/") == 1 and k.split("/")[1] in ("reward", "success")})
-        for name in reward_names:
+        for name, label in zip(reward_names, labels or reward_names, strict=True):
             if f"rewards/{name}/mean" in h:
-                row[f"rewards/{name}"] = h[f"rewards/{name}/mean"]
+                row[f"rewards/{label}"] = h[f"rewards/{name}/mean"]
         rows.append(row)
     return {"history": rows}
 
@@ -557,13 +569,15 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
                "steps": trainer.state.global_step, "rewards": dict(settings.rewards), "reward_funcs": names,
                "train_rows": len(rows), "heldout_ids": [r["id"] for r in held_out],
                "resumed_from": checkpoint.name if checkpoint else None, "trl": trl_applied,
-               "lora_dropout": _lora_dropout(trainer.model), **summarize(trainer.state.log_history, names)}
+               "lora_dropout": _lora_dropout(trainer.model),
+               **summarize(trainer.state.log_history, names, list(settings.rewards))}
     # every rank takes part in the final evaluation; the main process knows whether the last step had one
     if main_decides(bool(held_out) and not (evals and evals[-1]["step"] == trainer.state.global_step)):
         final = agent_eval(trainer.model, loaded.tokenizer, settings, task, preset, out / "eval",
                            trainer.state.global_step, held_out, trainer)
         if final is not None:
             evals.append(final)
+            trainer.live.record(final["step"], final)
     if main:
         metrics["evals"] = evals
         trainer.model.save_pretrained(str(out / "adapter"))

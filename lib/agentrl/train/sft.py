@@ -13,6 +13,7 @@ and counted. Output, under ``runs/sft/<name>/``::
     metrics.json    loss curve, eval loss, before/after check metrics
     manifest.json   config, backend (and why), versions, counts
     trainer/runs/   TensorBoard logs
+    log.jsonl       every logged step (loss, learning rate, grad norm, eval loss)
     trainer/checkpoint-<step>/  every ``save_steps`` steps; ``agentrl sft --resume`` continues from the last
     trainer/earlier-<n>/        an earlier run's checkpoints, moved aside by a run without --resume (--overwrite
                                 deletes them instead)
@@ -246,6 +247,7 @@ def trainer_kwargs(settings: SFTSettings, backend: str, data: SFTData | None, ou
     """Return the SFTConfig fields agentrl sets: the preset's fields, checkpoints every ``save_steps``, gradient
     checkpointing by the Trainer on the transformers backend only (Unsloth applies its own at load time:
     checkpoints.gradient_checkpointing)."""
+    from agentrl.core.tracking import trackers
     from agentrl.train.checkpoints import gradient_checkpointing, save_args
     from agentrl.train.models import cuda_available, cuda_precision, progress_bars
 
@@ -262,7 +264,7 @@ def trainer_kwargs(settings: SFTSettings, backend: str, data: SFTData | None, ou
         gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing, backend),
         eval_strategy=("steps" if settings.eval_steps else "epoch") if has_val else "no",
         eval_steps=settings.eval_steps, logging_steps=settings.logging_steps, logging_first_step=True,
-        report_to=settings.report_to, seed=settings.seed, use_cpu=use_cpu,
+        report_to=trackers(settings.report_to), seed=settings.seed, use_cpu=use_cpu,
         **cuda_precision(), disable_tqdm=not progress_bars(),
         dataset_num_proc=None, remove_unused_columns=True, **save_args(settings.save_steps, settings.save_total_limit),
     )
@@ -283,6 +285,11 @@ def make_trainer(settings: SFTSettings, loaded, data: SFTData, out: Path, callba
 
         trainer = train_on_responses_only(trainer, instruction_part="<|im_start|>user\n",
                                           response_part="<|im_start|>assistant\n")
+    from agentrl.train.progress import attach_progress
+
+    # a progress bar and loss chart instead of transformers' printed log dicts; the full log in out/log.jsonl
+    attach_progress(trainer, f"SFT {settings.name}", out, shown=("loss", "eval_loss", "learning_rate"),
+                    chart=("loss", "eval_loss"))
     return trainer
 
 

@@ -22,6 +22,7 @@ disk (agentrl.rollout.judge). The calculator parses the expression with ``ast`` 
 from __future__ import annotations
 
 import ast
+import logging
 import operator
 import re
 import threading
@@ -80,6 +81,8 @@ def verify_answer(prediction: str | None, gold: str) -> bool:
 
     # math-verify's timeouts use SIGALRM, which exists in the main thread only
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    if timeout is None:  # off on purpose (as in TRL's accuracy reward): not a warning per thread to the reader
+        logging.getLogger("math_verify").setLevel(logging.ERROR)
     text = re.sub(r"(?<=\d),(?=\d{3})", "", prediction.strip())  # 1,200 -> 1200
     target = parse(f"${gold}$", parsing_timeout=timeout)
     # plain text first ("72 clips"), then as a LaTeX formula (a bare "3/4")

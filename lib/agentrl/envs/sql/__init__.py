@@ -96,4 +96,10 @@ ENVIRONMENT = Environment(
     name="sql", summary="AgentBench DB Bench tasks in a SQLite (or MariaDB) sandbox with an execute_sql tool",
     build=build, rows=rows, env_class="agentrl.envs.sql.env:SQLEnv", score=score, prompts=PROMPTS,
     rewards={"sql_execution": 1.0, "format": 0.1}, reward_metrics={"sql_execution": "exec", "sql_answer": "em"},
-    metrics=("exec",), demo_items=12, folder=__name__)
+    metrics=("exec",), demo_items=12, folder=__name__,
+    metrics_note="`acc`/`em`/`f1` are the headline: AgentBench's verdict on the `<answer>` (SELECT) or on the final "
+                 "table (INSERT/UPDATE/DELETE). `result_match` asks something else: whether a SELECT the agent ran "
+                 "returned exactly the label values from the task's table (SELECT tasks only: write tasks are 0 "
+                 "there, `state_match` scores them). The oracle runs the task's gold SQL and answers with the label, "
+                 "and DB Bench's gold SQL often does not return its label (a COUNT of 2 for a label of 17), so the "
+                 "oracle is right by `acc` with `result_match` 0. `exec` is execution match with partial credit.")
