@@ -39,6 +39,7 @@ class SFTSettings:
     name: str = "sft"
     data: str = "runs/data/sft_demo"  # curated dataset directory (trl/ export inside) or a trl .jsonl
     model: ModelConfig = field(default_factory=ModelConfig)
+    adapter: str | None = None  # continue training this LoRA adapter (rejection-sampling fine-tuning: SFT's)
     epochs: float = 3.0
     max_steps: int = -1
     learning_rate: float = 2e-4
@@ -156,7 +157,8 @@ def load_model(settings: SFTSettings):
     """Seed everything, then load the base model with LoRA on the chosen backend (agentrl.train.models)."""
     from agentrl.train.models import load_for_training
 
-    return load_for_training(settings.model, seed=settings.seed)  # before trl is imported: Unsloth patches it
+    # before trl is imported: Unsloth patches it
+    return load_for_training(settings.model, adapter=settings.adapter, seed=settings.seed)
 
 
 @dataclass

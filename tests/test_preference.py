@@ -1,0 +1,145 @@
+"""Learning from the model's own attempts: sampling k attempts per training item, the difficulty filter, preference
+pairs and successes exported from them, and a real DPO step (TRL's DPOTrainer) on top of the SFT'd tiny model."""
+
+import json
+
+import pytest
+
+from agentrl.core.io import DataError, read_json, read_jsonl
+from agentrl.data.pairs import export_pairs, export_successes, pair_row
+from conftest import HOTPOT, check_preset
+
+
+def preference_preset(small_index, trained, tiny_model) -> dict:
+    """Search over the small index; GRPO's rows 0..23 train, 24..27 are held out; success = any answer overlap."""
+    preset = check_preset(small_index)
+    preset["grpo"] = {"env": "search", "qa": str(HOTPOT), "train_questions": 24, "eval_questions": 4,
+                      "adapter": str(trained.out / "adapter"), "temperature": 1.0, "top_k": 2, "passage_chars": 120,
+                      "model": {"name": str(tiny_model)}}
+    preset["sample"] = {"name": "s", "k": 4, "items": 24, "max_new_tokens": 64, "batch": 24,
+                        "success_key": "f1", "success_min": 0.01}
+    return preset
+
+
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory, small_index, trained, tiny_model):
+    from agentrl.train.sample import run_sample, sample_config
+
+    preset = preference_preset(small_index, trained, tiny_model)
+    runs = tmp_path_factory.mktemp("pref")
+    result = run_sample(sample_config(preset), preset, runs=runs)
+    return preset, runs, result
+
+
+def test_sampling_writes_k_attempts_per_training_item_and_the_difficulty_filter(sampled):
+    _, runs, result = sampled
+    out = runs / "sample" / "s"
+    outcomes = read_jsonl(out / "outcomes.jsonl")
+    assert len(outcomes) == 24 and all(len(o["success"]) == 4 for o in outcomes)
+    kept = read_json(out / "filtered.json")
+    assert kept == [o["id"] for o in outcomes if 0 < o["successes"] < 4]
+    manifest = read_json(out / "manifest.json")
+    assert manifest["phase"] == "sample" and manifest["counts"]["kept"] == len(kept) == result["counts"]["kept"]
+    assert manifest["counts"]["all_success"] + manifest["counts"]["all_failure"] + len(kept) == 24
+    # sampled at temperature 1: the four attempts of an item are not all the same conversation
+    a0 = {t["id"]: t["messages"] for t in read_jsonl(out / "attempts" / "a0" / "trajectories.jsonl")}
+    a1 = {t["id"]: t["messages"] for t in read_jsonl(out / "attempts" / "a1" / "trajectories.jsonl")}
+    assert sum(a0[i] != a1[i] for i in a0) > 0
+
+
+def test_held_out_items_never_enter_the_sampled_items_or_the_exports(sampled, tmp_path):
+    preset, runs, _ = sampled
+    out = runs / "sample" / "s"
+    manifest = read_json(out / "manifest.json")
+    held = set(manifest["heldout_ids"])
+    assert len(held) == 4
+    sampled_ids = {o["id"] for o in read_jsonl(out / "outcomes.jsonl")}
+    assert not held & sampled_ids
+    # a sample run whose items include a held-out one (tampered with) is refused, nothing written
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for name in ("outcomes.jsonl",):
+        (bad / name).write_text((out / name).read_text())
+    (bad / "attempts").symlink_to(out / "attempts")
+    first = read_jsonl(out / "outcomes.jsonl")[0]["id"]
+    (bad / "manifest.json").write_text(json.dumps({**manifest, "heldout_ids": [first]}))
+    with pytest.raises(DataError, match="held-out"):
+        export_pairs(bad)
+    with pytest.raises(DataError, match="held-out"):
+        export_successes(bad)
+    assert not (bad / "pairs").exists() and not (bad / "successes").exists()
+
+
+def test_pairs_are_a_success_and_a_failure_of_one_item_with_assistant_turns_as_completions(sampled):
+    _, runs, _ = sampled
+    out = runs / "sample" / "s"
+    counts = export_pairs(out)
+    rows = read_jsonl(out / "pairs" / "train.jsonl")
+    assert counts["pairs"] == len(rows) > 0
+    outcomes = {o["id"]: o for o in read_jsonl(out / "outcomes.jsonl")}
+    for r in rows:
+        assert 0 < outcomes[r["id"]]["successes"] < 4
+        assert [m["role"] for m in r["chosen"]] == ["assistant"] == [m["role"] for m in r["rejected"]]
+        assert r["chosen"] != r["rejected"]
+        assert r["prompt"][0]["role"] == "system" and r["prompt"][1]["role"] == "user"
+        assert json.loads(r["tools"])[0]["function"]["name"] == "search"
+
+
+def test_a_pair_shares_its_common_turns_with_tool_results_as_prompt():
+    system, user = {"role": "system", "content": "s"}, {"role": "user", "content": "q"}
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "search", "arguments": '{"query": "x"}'}}]}
+    result = {"role": "tool", "name": "search", "content": "Doc 1 ..."}
+    good = {"messages": [system, user, call, result, {"role": "assistant", "content": "<answer>A</answer>"}]}
+    bad = {"messages": [system, user, call, result, {"role": "assistant", "content": "<answer>B</answer>"}]}
+    row = pair_row("1", good, bad)
+    assert [m["role"] for m in row["prompt"]] == ["system", "user", "assistant", "tool"]
+    assert row["prompt"][2]["tool_calls"][0]["function"]["arguments"] == {"query": "x"}
+    assert row["chosen"] == [{"role": "assistant", "content": "<answer>A</answer>"}]
+    assert row["rejected"] == [{"role": "assistant", "content": "<answer>B</answer>"}]
+    assert pair_row("1", good, good) is None  # identical conversations make no pair
+
+
+def test_successes_export_as_sft_data(sampled):
+    from agentrl.data.export import load_trl_dataset
+
+    _, runs, result = sampled
+    out = runs / "sample" / "s"
+    counts = export_successes(out)
+    assert counts["rows"] >= counts["items_with_success"] > 0
+    rows = load_trl_dataset(out / "successes" / "trl" / "train.jsonl")
+    ids = {o["id"] for o in read_jsonl(out / "outcomes.jsonl") if o["successes"]}
+    assert set(rows["id"]) <= ids
+
+
+def test_dpo_trains_the_sft_adapter_a_real_step_against_its_frozen_copy(sampled, tiny_model, trained):
+    from agentrl.train.dpo import dpo_config, run_dpo
+
+    preset, runs, _ = sampled
+    if not (runs / "sample" / "s" / "pairs").exists():
+        export_pairs(runs / "sample" / "s")
+    cfg = dpo_config({**preset, "sft": {"model": {"name": str(tiny_model)}},
+                      "dpo": {"name": "d", "data": str(runs / "sample" / "s"), "adapter": str(trained.out / "adapter"),
+                              "max_steps": 2, "batch_size": 2, "learning_rate": 1e-3, "beta": 0.1}})
+    m = run_dpo(cfg, runs=runs)
+    assert m["steps"] == 2 and len(m["history"]) == 2
+    # step 1 starts at the reference (the adapter equals its frozen copy): loss log 2, zero margin
+    assert m["history"][0]["loss"] == pytest.approx(0.6931, abs=1e-3)
+    adapter = runs / "dpo" / "d" / "adapter"
+    assert (adapter / "adapter_config.json").is_file() and not (adapter / "ref").exists()
+    assert read_json(runs / "dpo" / "d" / "manifest.json")["phase"] == "dpo"
+    from safetensors.torch import load_file
+
+    before = load_file(trained.out / "adapter" / "adapter_model.safetensors")
+    after = load_file(adapter / "adapter_model.safetensors")
+    assert before.keys() == after.keys()
+    assert any(not (before[k] == after[k]).all() for k in before)
+
+
+def test_unknown_dpo_key_is_named_and_missing_pairs_say_how_to_make_them(tmp_path):
+    from agentrl.train.dpo import dpo_config, run_dpo
+
+    with pytest.raises(DataError, match="dpo: unknown field 'betta'"):
+        dpo_config({"dpo": {"betta": 0.1}})
+    with pytest.raises(DataError, match="agentrl export --pairs"):
+        run_dpo(dpo_config({"dpo": {"data": str(tmp_path)}}), runs=tmp_path)
