@@ -7,41 +7,83 @@ import pytest
 
 from agentrl.core.io import DataError, read_json, read_jsonl
 from agentrl.data.pairs import export_pairs, export_successes, pair_row
-from conftest import HOTPOT, check_preset
+from agentrl.train.sample import summary_line
+from conftest import HOTPOT, ROOT, check_preset
 
 
-def preference_preset(small_index, trained, tiny_model) -> dict:
-    """Search over the small index; GRPO's rows 0..23 train, 24..27 are held out; success = any answer overlap."""
+def preference_preset(small_index, adapter, tiny_model) -> dict:
+    """Search over the small index; GRPO's rows 0..23 train, 24..27 are held out."""
     preset = check_preset(small_index)
     preset["grpo"] = {"env": "search", "qa": str(HOTPOT), "train_questions": 24, "eval_questions": 4,
-                      "adapter": str(trained.out / "adapter"), "temperature": 1.0, "top_k": 2, "passage_chars": 120,
+                      "adapter": str(adapter), "temperature": 1.0, "top_k": 2, "passage_chars": 120,
                       "model": {"name": str(tiny_model)}}
-    preset["sample"] = {"name": "s", "k": 4, "items": 24, "max_new_tokens": 64, "batch": 24,
-                        "success_key": "f1", "success_min": 0.01}
+    preset["sample"] = {"name": "s", "k": 3, "items": 8, "max_new_tokens": 48, "batch": 24,
+                        "success_key": "format", "success_min": 0.5}
     return preset
 
 
 @pytest.fixture(scope="module")
-def sampled(tmp_path_factory, small_index, trained, tiny_model):
+def sft_adapter(tmp_path_factory, sft_data, tiny_model):
+    """A briefly SFT'd tiny model's LoRA adapter (the starting policy of sampling and DPO)."""
+    from agentrl.train.models import LoraSettings, ModelConfig
+    from agentrl.train.sft import SFTSettings, run_sft
+
+    settings = SFTSettings(name="q", data=str(sft_data), max_steps=8, learning_rate=2e-3, lr_scheduler="constant",
+                           warmup=0.0, batch_size=4, grad_accum=1, max_length=2048, logging_steps=4, report_to=[],
+                           check_questions=0, model=ModelConfig(name=str(tiny_model),
+                                                                lora=LoraSettings(r=8, alpha=16, dropout=0.0)))
+    return run_sft(settings, runs=tmp_path_factory.mktemp("qsft")).out / "adapter"
+
+
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory, small_index, sft_adapter, tiny_model):
     from agentrl.train.sample import run_sample, sample_config
 
-    preset = preference_preset(small_index, trained, tiny_model)
+    preset = preference_preset(small_index, sft_adapter, tiny_model)
     runs = tmp_path_factory.mktemp("pref")
     result = run_sample(sample_config(preset), preset, runs=runs)
     return preset, runs, result
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory, sampled):
+    """A sample run whose attempts are, per item, the oracle's (real trajectories, f1 1) and the tiny model's:
+    success = f1 >= 0.5, so every item the oracle answers has a success and a failure."""
+    from agentrl.core.io import write_json, write_jsonl
+    from agentrl.rollout.evaluate import eval_config, run_eval
+    from agentrl.train.sample import succeeded, training_items
+
+    preset, runs, _ = sampled
+    src = runs / "sample" / "s"
+    out = tmp_path_factory.mktemp("mixed") / "m"
+    tiny = read_jsonl(src / "attempts" / "a0" / "trajectories.jsonl")
+    rows = training_items(preset)[1][:8]
+    cfg = eval_config(preset, policy="oracle", top_k=2, passage_chars=120)
+    cfg.run.progress = False
+    run_eval(cfg, preset, overwrite=True, out_dir=out / "attempts" / "a0", rows=rows)
+    (out / "attempts" / "a1").mkdir(parents=True)
+    write_jsonl(out / "attempts" / "a1" / "trajectories.jsonl", tiny)
+    oracle = {t["id"]: t for t in read_jsonl(out / "attempts" / "a0" / "trajectories.jsonl")}
+    outcomes = [{"id": t["id"], "question": t["question"],
+                 "success": [succeeded(oracle[t["id"]], "f1", 0.5), succeeded(t, "f1", 0.5)]} for t in tiny]
+    write_jsonl(out / "outcomes.jsonl", [{**o, "successes": sum(o["success"])} for o in outcomes])
+    manifest = read_json(src / "manifest.json")
+    write_json(out / "manifest.json", {**manifest, "config": {**manifest["config"], "k": 2}})
+    return out
 
 
 def test_sampling_writes_k_attempts_per_training_item_and_the_difficulty_filter(sampled):
     _, runs, result = sampled
     out = runs / "sample" / "s"
     outcomes = read_jsonl(out / "outcomes.jsonl")
-    assert len(outcomes) == 24 and all(len(o["success"]) == 4 for o in outcomes)
+    assert len(outcomes) == 8 and all(len(o["success"]) == 3 for o in outcomes)
     kept = read_json(out / "filtered.json")
-    assert kept == [o["id"] for o in outcomes if 0 < o["successes"] < 4]
+    assert kept == [o["id"] for o in outcomes if 0 < o["successes"] < 3]
     manifest = read_json(out / "manifest.json")
     assert manifest["phase"] == "sample" and manifest["counts"]["kept"] == len(kept) == result["counts"]["kept"]
-    assert manifest["counts"]["all_success"] + manifest["counts"]["all_failure"] + len(kept) == 24
-    # sampled at temperature 1: the four attempts of an item are not all the same conversation
+    assert manifest["counts"]["all_success"] + manifest["counts"]["all_failure"] + len(kept) == 8
+    assert "difficulty filter: kept" in summary_line(result, 3)
+    # sampled at temperature 1: the attempts of an item are not all the same conversation
     a0 = {t["id"]: t["messages"] for t in read_jsonl(out / "attempts" / "a0" / "trajectories.jsonl")}
     a1 = {t["id"]: t["messages"] for t in read_jsonl(out / "attempts" / "a1" / "trajectories.jsonl")}
     assert sum(a0[i] != a1[i] for i in a0) > 0
@@ -70,15 +112,14 @@ def test_held_out_items_never_enter_the_sampled_items_or_the_exports(sampled, tm
     assert not (bad / "pairs").exists() and not (bad / "successes").exists()
 
 
-def test_pairs_are_a_success_and_a_failure_of_one_item_with_assistant_turns_as_completions(sampled):
-    _, runs, _ = sampled
-    out = runs / "sample" / "s"
+def test_pairs_are_a_success_and_a_failure_of_one_item_with_assistant_turns_as_completions(mixed):
+    out = mixed
     counts = export_pairs(out)
     rows = read_jsonl(out / "pairs" / "train.jsonl")
     assert counts["pairs"] == len(rows) > 0
     outcomes = {o["id"]: o for o in read_jsonl(out / "outcomes.jsonl")}
     for r in rows:
-        assert 0 < outcomes[r["id"]]["successes"] < 4
+        assert outcomes[r["id"]]["successes"] == 1
         assert [m["role"] for m in r["chosen"]] == ["assistant"] == [m["role"] for m in r["rejected"]]
         assert r["chosen"] != r["rejected"]
         assert r["prompt"][0]["role"] == "system" and r["prompt"][1]["role"] == "user"
@@ -100,11 +141,10 @@ def test_a_pair_shares_its_common_turns_with_tool_results_as_prompt():
     assert pair_row("1", good, good) is None  # identical conversations make no pair
 
 
-def test_successes_export_as_sft_data(sampled):
+def test_successes_export_as_sft_data(mixed):
     from agentrl.data.export import load_trl_dataset
 
-    _, runs, result = sampled
-    out = runs / "sample" / "s"
+    out = mixed
     counts = export_successes(out)
     assert counts["rows"] >= counts["items_with_success"] > 0
     rows = load_trl_dataset(out / "successes" / "trl" / "train.jsonl")
@@ -112,28 +152,48 @@ def test_successes_export_as_sft_data(sampled):
     assert set(rows["id"]) <= ids
 
 
-def test_dpo_trains_the_sft_adapter_a_real_step_against_its_frozen_copy(sampled, tiny_model, trained):
+def test_dpo_trains_the_sft_adapter_a_real_step_against_its_frozen_copy(mixed, sft_adapter, tiny_model, tmp_path):
+    from safetensors.torch import load_file
+
     from agentrl.train.dpo import dpo_config, run_dpo
 
-    preset, runs, _ = sampled
-    if not (runs / "sample" / "s" / "pairs").exists():
-        export_pairs(runs / "sample" / "s")
-    cfg = dpo_config({**preset, "sft": {"model": {"name": str(tiny_model)}},
-                      "dpo": {"name": "d", "data": str(runs / "sample" / "s"), "adapter": str(trained.out / "adapter"),
-                              "max_steps": 2, "batch_size": 2, "learning_rate": 1e-3, "beta": 0.1}})
-    m = run_dpo(cfg, runs=runs)
+    if not (mixed / "pairs").exists():
+        export_pairs(mixed)
+    cfg = dpo_config({"sft": {"model": {"name": str(tiny_model)}},
+                      "dpo": {"name": "d", "data": str(mixed), "adapter": str(sft_adapter), "max_steps": 2,
+                              "batch_size": 2, "learning_rate": 1e-3, "beta": 0.1}})
+    m = run_dpo(cfg, runs=tmp_path)
     assert m["steps"] == 2 and len(m["history"]) == 2
     # step 1 starts at the reference (the adapter equals its frozen copy): loss log 2, zero margin
     assert m["history"][0]["loss"] == pytest.approx(0.6931, abs=1e-3)
-    adapter = runs / "dpo" / "d" / "adapter"
+    assert m["history"][0]["rewards/margins"] == pytest.approx(0.0, abs=1e-4)
+    adapter = tmp_path / "dpo" / "d" / "adapter"
     assert (adapter / "adapter_config.json").is_file() and not (adapter / "ref").exists()
-    assert read_json(runs / "dpo" / "d" / "manifest.json")["phase"] == "dpo"
-    from safetensors.torch import load_file
-
-    before = load_file(trained.out / "adapter" / "adapter_model.safetensors")
+    assert read_json(tmp_path / "dpo" / "d" / "manifest.json")["phase"] == "dpo"
+    before = load_file(sft_adapter / "adapter_model.safetensors")
     after = load_file(adapter / "adapter_model.safetensors")
     assert before.keys() == after.keys()
     assert any(not (before[k] == after[k]).all() for k in before)
+
+
+def test_agentrl_dpo_runs_the_demo_presets_dpo_table(mixed, sft_adapter, tiny_model, tmp_path):
+    import subprocess
+    import sys
+    import tomllib
+
+    demo = tomllib.loads((ROOT / "configs" / "demo.toml").read_text())
+    if not (mixed / "pairs").exists():
+        export_pairs(mixed)
+    lines = [f"[dpo]\ndata = '{mixed}'\nadapter = '{sft_adapter}'"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in demo["dpo"].items() if k not in ("data", "adapter")]
+    lines += ["[dpo.model]", f"name = '{tiny_model}'", "backend = 'transformers'"]
+    (tmp_path / "p.toml").write_text("\n".join(lines) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "agentrl.cli", "dpo", "--config", str(tmp_path / "p.toml")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{demo['dpo']['max_steps']} DPO steps on transformers" in proc.stdout, proc.stdout
+    assert "loss 0.6931 (step 1)" in proc.stdout, proc.stdout
+    assert (tmp_path / "runs" / "dpo" / demo["dpo"]["name"] / "adapter" / "adapter_config.json").is_file()
 
 
 def test_unknown_dpo_key_is_named_and_missing_pairs_say_how_to_make_them(tmp_path):

@@ -21,13 +21,6 @@ from agentrl.core.chat import to_template_messages
 from agentrl.core.io import DataError
 
 
-def succeeded(traj: dict, key: str, minimum: float) -> bool:
-    """Return whether an attempt counts as a success: its metric ``key`` is at least ``minimum`` (an errored or
-    unscored attempt is a failure)."""
-    value = (traj.get("metrics") or {}).get(key)
-    return traj.get("error") is None and isinstance(value, int | float) and value >= minimum
-
-
 def attempts(sample_dir: str | Path) -> dict[str, list[tuple[dict, bool]]]:
     """Return ``{item id: [(trajectory, success), ...]}`` of a sample run, attempts in order, success as the run
     recorded it (its success key and minimum). A held-out item among them is a DataError."""

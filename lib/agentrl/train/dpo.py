@@ -96,8 +96,8 @@ def training_args(settings: DPOSettings, out: Path):
         num_train_epochs=settings.epochs, max_steps=settings.max_steps,
         per_device_train_batch_size=settings.batch_size, gradient_accumulation_steps=settings.grad_accum,
         max_length=settings.max_length, logging_steps=settings.logging_steps, logging_first_step=True,
-        report_to=settings.report_to, seed=settings.seed, use_cpu=not cuda_available(), **cuda_precision(),
-        disable_tqdm=not progress_bars(), save_strategy="no", dataset_num_proc=None,
+        report_to=settings.report_to, seed=settings.seed, use_cpu=not cuda_available(),
+        **cuda_precision(settings.model), disable_tqdm=not progress_bars(), save_strategy="no", dataset_num_proc=None,
     )
 
 

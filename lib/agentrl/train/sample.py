@@ -36,7 +36,7 @@ class SampleSettings:
     adapter: str | None = None  # None = [grpo].adapter ("none" = the base model)
     max_new_tokens: int = 128
     batch: int = 16  # concurrent episodes = prompts per generate call
-    success_key: str | None = None  # a metric of the trajectory (default: the env's headline success)
+    success_key: str | None = None  # a metric of the trajectory or a reward name (default: the env's success)
     success_min: float = 1.0  # an attempt succeeds when its success_key >= success_min
     seed: int = 0
 
@@ -67,6 +67,34 @@ def training_items(preset: dict, env: str | None = None) -> tuple[object, list[d
     return grpo, train, held
 
 
+def success_value(traj: dict, key: str) -> float | None:
+    """Return an attempt's value of ``key``: the trajectory's metric of that name, else the reward function of
+    that name (agentrl.rollout.rewards, e.g. ``format``) on its messages after the user's; None for an errored
+    attempt. An unknown key is a DataError."""
+    from agentrl.rollout.rewards import reward_registry
+
+    if traj.get("error") is not None:
+        return None
+    metrics = traj.get("metrics") or {}
+    if key in metrics:
+        value = metrics[key]
+        return float(value) if isinstance(value, int | float) else None
+    rewards = reward_registry()
+    if key not in rewards:
+        raise DataError(f"sample.success_key: {key!r} is neither a metric of these trajectories "
+                        f"({', '.join(sorted(metrics))}) nor a reward ({', '.join(sorted(rewards))})")
+    messages = traj["messages"]
+    start = next((i + 1 for i, m in enumerate(messages) if m["role"] == "user"), 0)
+    return rewards[key](None, [messages[start:]], golden_answers=[traj.get("golden_answers") or []])[0]
+
+
+def succeeded(traj: dict, key: str, minimum: float) -> bool:
+    """Return whether an attempt counts as a success: its ``key`` value (:func:`success_value`) is at least
+    ``minimum`` (an errored or unscored attempt is a failure)."""
+    value = success_value(traj, key)
+    return value is not None and value >= minimum
+
+
 def run_sample(settings: SampleSettings, preset: dict, *, runs: str | Path = "runs", env: str | None = None,
                policy=None) -> dict:
     """Run ``settings.k`` attempts on every training item; write the run directory; return its summary
@@ -76,7 +104,6 @@ def run_sample(settings: SampleSettings, preset: dict, *, runs: str | Path = "ru
     from agentrl.core.config import to_dict
     from agentrl.core.io import read_jsonl, write_json, write_jsonl
     from agentrl.core.manifest import write_manifest
-    from agentrl.data.pairs import succeeded
     from agentrl.envs import registry
     from agentrl.rollout.evaluate import eval_config, run_eval
     from agentrl.rollout.local import LocalConfig, LocalPolicy
@@ -139,3 +166,4 @@ def summary_line(result: dict, k: int) -> str:
     return (f"difficulty filter: kept {c['kept']} of {c['items']} items (0 < successes < {k}; "
             f"{c['all_success']} always solved, {c['all_failure']} never; {result['success_key']} >= threshold), "
             f"{c['successes']} successes in {c['attempts']} attempts -> {result['out']}/filtered.json")
+

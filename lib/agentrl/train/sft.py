@@ -218,7 +218,7 @@ def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out
         eval_strategy=("steps" if settings.eval_steps else "epoch") if has_val else "no",
         eval_steps=settings.eval_steps, logging_steps=settings.logging_steps, logging_first_step=True,
         report_to=settings.report_to, seed=settings.seed, use_cpu=use_cpu,
-        **cuda_precision(), disable_tqdm=not progress_bars(),
+        **cuda_precision(settings.model), disable_tqdm=not progress_bars(),
         dataset_num_proc=None, remove_unused_columns=True, **save_args(settings.save_steps, settings.save_total_limit),
     )
 
