@@ -203,3 +203,18 @@ def test_unknown_dpo_key_is_named_and_missing_pairs_say_how_to_make_them(tmp_pat
         dpo_config({"dpo": {"betta": 0.1}})
     with pytest.raises(DataError, match="agentrl export --pairs"):
         run_dpo(dpo_config({"dpo": {"data": str(tmp_path)}}), runs=tmp_path)
+
+
+def test_equal_reward_groups_are_found_and_grpo_trains_only_on_the_kept_items(tmp_path):
+    import torch
+
+    from agentrl.train.group_filter import equal_groups, kept_items
+
+    adv = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.7, -0.7, 0.7, -0.7, 0.0, 0.0, 0.0, 1e-9])
+    assert equal_groups(adv, 4).tolist() == [True, False, True]
+    rows = [{"id": str(i), "question": f"q{i}"} for i in range(6)]
+    (tmp_path / "filtered.json").write_text(json.dumps(["1", "4", "99"]))
+    assert [r["id"] for r in kept_items(rows, tmp_path)] == ["1", "4"]
+    (tmp_path / "filtered.json").write_text(json.dumps(["99"]))
+    with pytest.raises(DataError, match="none of its 1 kept items"):
+        kept_items(rows, tmp_path / "filtered.json")
