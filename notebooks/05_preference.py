@@ -8,7 +8,7 @@ with app.setup:
     import polars as pl
 
     from agentrl.app import notebook as nb
-    from agentrl.core.io import DataError
+    from agentrl.core.io import DataError, read_jsonl
     from agentrl.data import pairs
     from agentrl.train import dpo, rft, sample, sft
 
@@ -77,11 +77,11 @@ def _(sampled):
         pair_counts = None
         nb.stop(f"Nothing to learn from: {exc}")
     if pair_counts:
-        first = pl.read_ndjson(sampled["out"] / "pairs" / "train.jsonl").row(0, named=True)
+        first = read_jsonl(sampled["out"] / "pairs" / "train.jsonl")[0]
         print(f"pairs {pair_counts}, successes {success_counts}")
-        _shown = mo.vstack([mo.md(f"## 2 · Pairs and successes\npairs `{pair_counts}` · successes "
+        mo.output.replace(mo.vstack([mo.md(f"## 2 · Pairs and successes\npairs `{pair_counts}` · successes "
                          f"`{success_counts['rows']}` rows"),
-                   mo.md(f"**chosen**: `{first['chosen'][0]}`\n\n**rejected**: `{first['rejected'][0]}`")])
+                   mo.md(f"**chosen**: `{first['chosen'][0]}`\n\n**rejected**: `{first['rejected'][0]}`")]))
     return
 
 
