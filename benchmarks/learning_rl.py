@@ -10,9 +10,11 @@ Per environment (search: HotpotQA; SQL: synthetic training tasks, DB Bench dev h
 oracle demonstrations -> one LoRA SFT on both environments (benchmarks/learning.py's phases) -> ``sample``: k
 attempts per training item with the SFT adapter at GRPO's temperature -> GRPO from the SFT adapter on the items the
 difficulty filter kept (0 < successes < k), equal-reward groups skipped; DPO on the (success, failure) pairs; SFT on
-the successes (rejection sampling), both continuing the SFT adapter. A small validation slice cut from the training
-pool (never the held-out items, never trained on) is evaluated by GRPO every few steps. Held out, never sampled or
-trained on: HotpotQA questions 150..199 (50, all the sample has) and the 60 DB Bench dev tasks.
+the successes (rejection sampling), both continuing the SFT adapter. A small validation slice cut from the end of the
+training pool (never a held-out item; the SFT demonstrations include it, sampling, GRPO, DPO and RFT never do) is
+evaluated by GRPO every few steps. KL is GRPO's to the base model (TRL's reference for a LoRA policy: adapter off).
+Held out, never sampled or trained on: HotpotQA questions 150..199 (50, all the sample has) and the 60 DB Bench
+dev tasks.
 
 Written to ``runs/learning_rl/``: ``learning_rl.json`` (everything, per-item outcomes included), ``learning_rl.md``
 (the table), ``curves.html`` (GRPO reward, validation success and KL per step; DPO loss and margin per step).
@@ -33,10 +35,11 @@ METHODS = ("grpo", "dpo", "rft")
 # sizes: full run / --quick (same code path)
 FULL = {"heldout": {"search": 50, "sql": 60}, "sample_items": 48, "k": 4, "sample_new_tokens": 96,
         "grpo_steps": 8, "grpo_batch": 16, "grpo_generations": 4, "grpo_beta": 0.01, "val": 8, "eval_every": 4,
-        "dpo_steps": 24, "rft_steps": 12}
+        "dpo_steps": 24, "rft_steps": 12, "success": None}
 QUICK = {"heldout": {"search": 4, "sql": 3}, "sample_items": 4, "k": 2, "sample_new_tokens": 48,
          "grpo_steps": 2, "grpo_batch": 4, "grpo_generations": 2, "grpo_beta": 0.01, "val": 2, "eval_every": 1,
-         "dpo_steps": 1, "rft_steps": 1}
+         "dpo_steps": 1, "rft_steps": 1,
+         "success": ("format", 0.5)}  # a 2-step SFT never answers right: well-formed tool use makes the pairs
 
 
 def success_key(env: str) -> str:
@@ -81,8 +84,9 @@ def run_env_methods(preset: dict, env: str, sizes: dict, sft_adapter: str, runs:
     res: dict = {}
     base_grpo = grpo_table(preset, env, sizes, sft_adapter, runs / "sample" / f"rl_{env}")
     p = {**preset, "grpo": base_grpo}
+    key, minimum = sizes["success"] or (success_key(env), 1.0)
     cfg = sample_config(p, name=f"rl_{env}", k=sizes["k"], items=sizes["sample_items"],
-                        max_new_tokens=sizes["sample_new_tokens"], success_key=success_key(env), success_min=1.0)
+                        max_new_tokens=sizes["sample_new_tokens"], success_key=key, success_min=minimum)
     sample = timed(f"sample {env}", run_sample, cfg, p, runs=runs)
     print(summary_line(sample, cfg.k), flush=True)
     res["sample"] = {"counts": sample["counts"], "kept": sample["kept"]}
