@@ -212,3 +212,26 @@ def test_equal_reward_groups_are_found_and_grpo_trains_only_on_the_kept_items(tm
     (tmp_path / "filtered.json").write_text(json.dumps(["99"]))
     with pytest.raises(DataError, match="none of its 1 kept items"):
         kept_items(rows, tmp_path / "filtered.json")
+
+
+def test_rejection_sampling_sft_continues_the_sft_adapter_on_the_successes(mixed, sft_adapter, tiny_model, tmp_path):
+    from safetensors.torch import load_file
+
+    from agentrl.train.rft import rft_config
+    from agentrl.train.sft import run_sft
+
+    if not (mixed / "successes").exists():
+        export_successes(mixed)
+    preset = {"sft": {"name": "sft", "model": {"name": str(tiny_model)}, "report_to": [], "check_questions": 0,
+                      "max_length": 2048, "learning_rate": 1e-3},
+              "rft": {"name": "r", "data": str(mixed / "successes"), "adapter": str(sft_adapter), "max_steps": 2,
+                      "batch_size": 2, "grad_accum": 1, "logging_steps": 1}}
+    cfg = rft_config(preset)
+    assert (cfg.name, cfg.adapter, cfg.learning_rate, cfg.max_steps) == ("r", str(sft_adapter), 1e-3, 2)
+    result = run_sft(cfg, preset, runs=tmp_path)
+    assert result.metrics["steps"] == 2
+    before = load_file(sft_adapter / "adapter_model.safetensors")
+    after = load_file(result.out / "adapter" / "adapter_model.safetensors")
+    assert before.keys() == after.keys() and any(not (before[k] == after[k]).all() for k in before)
+    with pytest.raises(DataError, match=r"no \[rft\] table"):
+        rft_config({"sft": {}})
