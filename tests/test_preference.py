@@ -235,3 +235,19 @@ def test_rejection_sampling_sft_continues_the_sft_adapter_on_the_successes(mixed
     assert before.keys() == after.keys() and any(not (before[k] == after[k]).all() for k in before)
     with pytest.raises(DataError, match=r"no \[rft\] table"):
         rft_config({"sft": {}})
+
+
+def test_the_commands_refuse_bad_input_with_exit_2_and_a_named_cause(tmp_path, capsys):
+    from agentrl.cli import main
+
+    (tmp_path / "p.toml").write_text("[sample]\nk = 1\n")
+    assert main(["sample", "--config", str(tmp_path / "p.toml")]) == 2
+    assert "sample.k must be at least 2" in capsys.readouterr().err
+    (tmp_path / "p.toml").write_text("[sample]\nkk = 4\n")
+    assert main(["sample", "--config", str(tmp_path / "p.toml")]) == 2
+    assert "sample: unknown field 'kk'" in capsys.readouterr().err
+    assert main(["export", "--pairs", str(tmp_path)]) == 2
+    assert "not a sample run" in capsys.readouterr().err
+    (tmp_path / "p.toml").write_text("[dpo]\nbeta = 0.1\n")
+    assert main(["rft", "--config", str(tmp_path / "p.toml")]) == 2
+    assert "no [rft] table" in capsys.readouterr().err

@@ -33,6 +33,7 @@ class DPOSettings:
     beta: float = 0.1
     loss_type: str = "sigmoid"
     learning_rate: float = 5e-6
+    optim: str = "adamw_torch"  # GPU presets: adamw_8bit (bitsandbytes)
     lr_scheduler: str = "constant"
     warmup: float = 0.0
     epochs: float = 1.0
@@ -92,7 +93,8 @@ def training_args(settings: DPOSettings, out: Path):
 
     return DPOConfig(
         output_dir=str(out / "trainer"), beta=settings.beta, loss_type=[settings.loss_type],
-        learning_rate=settings.learning_rate, lr_scheduler_type=settings.lr_scheduler, warmup_steps=settings.warmup,
+        learning_rate=settings.learning_rate, optim=settings.optim, lr_scheduler_type=settings.lr_scheduler,
+        warmup_steps=settings.warmup,
         num_train_epochs=settings.epochs, max_steps=settings.max_steps,
         per_device_train_batch_size=settings.batch_size, gradient_accumulation_steps=settings.grad_accum,
         max_length=settings.max_length, logging_steps=settings.logging_steps, logging_first_step=True,
