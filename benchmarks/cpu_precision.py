@@ -21,15 +21,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def best_of(fn, reps: int) -> float:
-    """Return the median wall seconds of ``reps`` calls of ``fn`` after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
+def interleaved(fns: dict, reps: int) -> dict:
+    """Return ``{name: median wall seconds}`` of ``reps`` calls of each function, after one warm-up call each,
+    the functions taking turns (a load change on a shared machine then affects both alike)."""
+    times: dict = {name: [] for name in fns}
+    for fn in fns.values():  # warm-up
         fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+            print(f"  {name}: {times[name][-1]:.2f} s", flush=True)
+    return {name: round(statistics.median(v), 3) for name, v in times.items()}
 
 
 def train_step(model, ids, bf16: bool) -> None:
@@ -91,12 +95,13 @@ def main(argv: list[str] | None = None) -> int:
            "generate": f"{args.gen_batch} x ({args.gen_prompt} + {args.gen_new}) tokens greedy"}
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
     model.train()
-    for label, bf16 in (("fp32", False), ("bf16", True)):
-        res[f"train_{label}_s"] = round(best_of(lambda b=bf16: train_step(model, train_ids, b), args.reps), 3)
+    timed = interleaved({"train_fp32_s": lambda: train_step(model, train_ids, False),
+                         "train_bf16_s": lambda: train_step(model, train_ids, True)}, args.reps)
     model.eval()
-    res["generate_fp32_s"] = round(best_of(lambda: generate(model, gen_ids, args.gen_new), args.reps), 3)
-    model = model.to(torch.bfloat16)
-    res["generate_bf16_s"] = round(best_of(lambda: generate(model, gen_ids, args.gen_new), args.reps), 3)
+    half = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.bfloat16).eval()
+    timed.update(interleaved({"generate_fp32_s": lambda: generate(model, gen_ids, args.gen_new),
+                              "generate_bf16_s": lambda: generate(half, gen_ids, args.gen_new)}, args.reps))
+    res.update(timed)
     res["train_bf16_speedup"] = round(res["train_fp32_s"] / res["train_bf16_s"], 3)
     res["generate_bf16_speedup"] = round(res["generate_fp32_s"] / res["generate_bf16_s"], 3)
     train_tok = args.train_batch * args.train_tokens
