@@ -23,17 +23,25 @@ def preference_preset(small_index, adapter, tiny_model) -> dict:
 
 
 @pytest.fixture(scope="module")
-def sft_adapter(trained):
-    """The SFT'd tiny model's LoRA adapter (conftest's ``trained``, shared with the SFT and GRPO tests): the
-    starting policy of sampling and DPO."""
-    return trained.out / "adapter"
+def sft_adapter(tmp_path_factory, sft_data, tiny_model):
+    """A briefly SFT'd tiny model's LoRA adapter: what DPO and rejection-sampling SFT continue (8 steps keep the
+    tests fast; conftest's 300-step ``trained`` takes minutes)."""
+    from agentrl.train.models import LoraSettings, ModelConfig
+    from agentrl.train.sft import SFTSettings, run_sft
+
+    settings = SFTSettings(name="q", data=str(sft_data), max_steps=8, learning_rate=2e-3, lr_scheduler="constant",
+                           warmup=0.0, batch_size=4, grad_accum=1, max_length=2048, logging_steps=4, report_to=[],
+                           check_questions=0, model=ModelConfig(name=str(tiny_model),
+                                                                lora=LoraSettings(r=8, alpha=16, dropout=0.0)))
+    return run_sft(settings, runs=tmp_path_factory.mktemp("qsft")).out / "adapter"
 
 
 @pytest.fixture(scope="module")
-def sampled(tmp_path_factory, small_index, sft_adapter, tiny_model):
+def sampled(tmp_path_factory, small_index, tiny_model):
+    """k attempts of the base tiny model (random weights: varied text at temperature 1, never well-formed)."""
     from agentrl.train.sample import run_sample, sample_config
 
-    preset = preference_preset(small_index, sft_adapter, tiny_model)
+    preset = preference_preset(small_index, "none", tiny_model)
     runs = tmp_path_factory.mktemp("pref")
     result = run_sample(sample_config(preset), preset, runs=runs)
     return preset, runs, result
