@@ -45,8 +45,10 @@ def skipping_trainer(base):
             removed = loss_mask[rows].sum()
             output["completion_mask"] = mask * (~rows).unsqueeze(1).to(mask.dtype)
             output["num_items_in_batch"] = output["num_items_in_batch"] - self.accelerator.gather(removed).sum()
-            self._log_metric("groups/skipped", float(self.accelerator.gather(skip.sum()).sum()))
-            self._log_metric("groups/total", float(self.accelerator.gather(torch_len(skip)).sum()))
+            # straight into this batch's metrics (TRL flushes _log_metric's values inside the call above)
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["groups/skipped"].append(float(self.accelerator.gather(skip.sum()).sum()))
+            self._metrics[mode]["groups/total"].append(float(self.accelerator.gather(torch_len(skip)).sum()))
             return output
 
     return SkipEqualGroups
