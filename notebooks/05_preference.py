@@ -82,11 +82,12 @@ def _(sampled):
         mo.output.replace(mo.vstack([mo.md(f"## 2 · Pairs and successes\npairs `{pair_counts}` · successes "
                          f"`{success_counts['rows']}` rows"),
                    mo.md(f"**chosen**: `{first['chosen'][0]}`\n\n**rejected**: `{first['rejected'][0]}`")]))
-    return
+    return (pair_counts,)
 
 
 @app.cell
-def _():
+def _(pair_counts):
+    mo.stop(not pair_counts)
     dpo_button = mo.ui.run_button(label="Train DPO")
     rft_button = mo.ui.run_button(label="Train rejection-sampling SFT")
     mo.vstack([mo.md("## 3 · Train"), mo.hstack([dpo_button, rft_button])])
