@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(key, "1")
     os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")
-    from agentrl.core.config import load_preset
+    from agentrl.app.presets import load as load_preset  # the preset checked whole, as the CLI reads it
     from agentrl.core.io import write_json, write_text_atomic
     from agentrl.train.smol import ensure_model
 

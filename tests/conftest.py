@@ -14,6 +14,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# fp32 on CPU whatever this machine's runs/precision/cpu.json says (tests/test_cpu_precision.py tests the decision)
+os.environ.setdefault("AGENTRL_CPU_PRECISION", "fp32")
 
 ROOT = Path(__file__).resolve().parents[1]
 HOTPOT = ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl"

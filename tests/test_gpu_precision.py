@@ -50,9 +50,12 @@ def test_bf16_only_where_the_card_has_it_natively_else_fp16_on_every_loading_pat
     assert models._dtype(ModelConfig(dtype="float32")) is torch.float32
 
 
-def test_without_cuda_nothing_is_half_precision():
+def test_without_cuda_nothing_is_half_precision(monkeypatch):
+    from agentrl.core import cpu_precision
     from agentrl.rollout.local import inference_dtype
 
+    monkeypatch.setattr(cpu_precision, "measured", lambda: None)  # an unmeasured CPU (tests/test_cpu_precision.py)
+    monkeypatch.delenv("AGENTRL_CPU_PRECISION", raising=False)
     assert not torch.cuda.is_available()
     assert device.cuda_native_bf16() is False and models.cuda_precision() == {"bf16": False, "fp16": False}
     assert models._dtype(ModelConfig()) is torch.float32 and inference_dtype("cpu") is torch.float32

@@ -175,9 +175,13 @@ def test_run_writes_adapter_and_evaluates_the_current_policy(trained, tiny_model
     metrics = json.loads((out / "metrics.json").read_text())
     assert [e["step"] for e in metrics["evals"]] == [1, 2]
     assert {"rewards/answer_f1", "rewards/format", "tools/call_frequency", "frac_reward_zero_std",
-            "completions/mean_length"} <= set(metrics["history"][0])
+            "completions/mean_length", "groups/skipped", "groups/total"} <= set(metrics["history"][0])
+    for h in metrics["history"]:  # the equal-reward groups skipped are those TRL counts as zero-std
+        assert h["groups/total"] == 2 and h["groups/skipped"] == round(h["frac_reward_zero_std"] * 2)
     assert (out / "eval" / "step_2" / "trajectories.jsonl").exists()
-    assert json.loads((out / "manifest.json").read_text())["phase"] == "grpo"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["phase"] == "grpo"
+    assert manifest["counts"]["groups_skipped"] == sum(h["groups/skipped"] for h in metrics["history"])
     assert result.metrics["evals"][-1]["n"] == 3
 
 

@@ -1,4 +1,4 @@
-"""The five notebooks exported to ipynb (scripts/export_to_ipynb.sh) and executed headless in a fresh Jupyter
+"""The six notebooks exported to ipynb (scripts/export_to_ipynb.sh) and executed headless in a fresh Jupyter
 kernel, in phase order, on a small version of the demo preset; the preset every notebook picks for a GPU card;
 a GPU preset's missing inputs on a fresh runtime (built, or a clean stop naming the notebook to run, in Jupyter
 and under marimo); plus jupytext bringing an outside notebook in."""
@@ -15,7 +15,7 @@ from agentrl.app import notebook as nb
 from agentrl.core.config import load_preset
 from conftest import ROOT, small_preset
 
-NOTEBOOKS = ["00_corpus", "01_agent_eval", "02_trajectories", "03_sft", "04_grpo"]
+NOTEBOOKS = ["00_corpus", "01_agent_eval", "02_trajectories", "03_sft", "04_grpo", "05_preference"]
 
 
 @pytest.fixture

@@ -29,6 +29,13 @@ def test_preset_builds_every_phase_config(name):
     grpo = grpo_config(preset)
     assert "grpo" in preset, "every preset needs a [grpo] table (the defaults train the tiny model)"
     assert reward_functions(grpo)[0] and grpo.batch_size * grpo.grad_accum % grpo.num_generations == 0
+    from agentrl.train.dpo import dpo_config
+    from agentrl.train.rft import rft_config
+    from agentrl.train.sample import sample_config
+
+    assert sample_config(preset).k >= 2 and dpo_config(preset).model.name  # [sample] / [dpo] optional, validated
+    if "rft" in preset:
+        assert rft_config(preset).adapter
     if name not in CPU_PRESETS:  # GPU presets name hub models and continue from their own SFT adapter
         assert not grpo.model.name.startswith("runs/") and grpo.adapter == f"runs/sft/{sft_config(preset).name}/adapter"
 

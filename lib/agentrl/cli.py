@@ -267,6 +267,10 @@ def cmd_export(args) -> int:
     """`agentrl export`: export a curated dataset to trl / swift / sharegpt JSONL; return 0 or raise."""
     from agentrl.data.export import export
 
+    if args.pairs or args.successes:  # a sample run: preference pairs / rejection-sampling data
+        from agentrl.app.preference_cli import export_preference
+
+        return export_preference(args)
     counts = export(args.data, [f.strip() for f in args.formats.split(",")])
     print(f"exported {args.data}: {counts} as {args.formats}")
     return 0
@@ -530,6 +534,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("export", help="export a curated dataset to trl / swift / sharegpt JSONL")
     c.add_argument("data", help="curated dataset directory (runs/data/NAME)")
     c.add_argument("--formats", default="trl,swift,sharegpt")
+    c.add_argument("--pairs", action="store_true", help="DATA is a sample run: write its preference pairs (DPO)")
+    c.add_argument("--successes", action="store_true",
+                   help="DATA is a sample run: write its successful attempts as SFT data (rejection sampling)")
     c.set_defaults(func=cmd_export)
 
     c = sub.add_parser("import-seed", help="convert a seed run (results.jsonl + openai_trace.log) to trajectories")
@@ -570,6 +577,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--eval-questions", type=int)
     _checkpoint_flags(c)
     c.set_defaults(func=cmd_grpo)
+
+    from agentrl.app.preference_cli import add_parsers
+
+    add_parsers(sub, lambda fn: lambda args: fn(args, _preset(args)))
+    for name in ("sample", "dpo", "rft"):
+        _set_flag(sub.choices[name])
 
     c = sub.add_parser("gpu-plan", help="estimate GPU memory of a preset's SFT and GRPO on a card (fits or not)")
     c.add_argument("--config", required=True, help="preset name or TOML path")

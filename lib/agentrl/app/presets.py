@@ -2,7 +2,8 @@
 
 Every table a phase reads is here with the dataclass that reads it: ``[corpus]`` CorpusConfig, ``[index]``
 IndexConfig, ``[eval]`` EvalConfig, ``[data]`` CurateConfig, ``[sft]`` SFTSettings, ``[grpo]`` and ``[grpo_<env>]``
-GRPOSettings, ``[gpu.<CARD>]`` an overlay of those tables per card; ``[demo]`` and ``[demo_envs]`` are the demo's
+GRPOSettings, ``[sample]`` SampleSettings, ``[dpo]`` DPOSettings, ``[rft]`` SFTSettings (fields replacing
+``[sft]``'s), ``[gpu.<CARD>]`` an overlay of those tables per card; ``[demo]`` and ``[demo_envs]`` are the demo's
 and the learning benchmark's sizes. ``[sft.trl]`` / ``[grpo.trl]`` take the fields of TRL's SFTConfig / GRPOConfig.
 An unknown table or key anywhere is a DataError naming the file, the line and the nearest valid key (or, for an
 override, the ``--set`` that wrote it), before anything loads.
@@ -28,12 +29,15 @@ def preset_schema() -> dict:
     from agentrl.envs import registry
     from agentrl.retrieval.index import IndexConfig
     from agentrl.rollout.evaluate import EvalConfig
+    from agentrl.train.dpo import DPOSettings
     from agentrl.train.gpu_plan import CARDS
     from agentrl.train.grpo import GRPOSettings
+    from agentrl.train.sample import SampleSettings
     from agentrl.train.sft import SFTSettings
 
     phases = {"corpus": CorpusConfig, "index": IndexConfig, "eval": EvalConfig, "data": CurateConfig,
-              "sft": SFTSettings, "grpo": GRPOSettings,
+              "sft": SFTSettings, "grpo": GRPOSettings, "sample": SampleSettings, "dpo": DPOSettings,
+              "rft": SFTSettings,  # [rft] replaces fields of [sft] (agentrl.train.rft)
               **{f"grpo_{env}": GRPOSettings for env in registry.BUILTIN}}
     schema = {**phases,
               "demo": Keys((*DEMO_KEYS, *(f"{env}_tasks" for env in registry.BUILTIN))),

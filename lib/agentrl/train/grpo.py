@@ -42,6 +42,8 @@ class GRPOSettings(EpisodeSettings):
     qa: str | None = None  # default: the eval QA set (search); for sql use "synthetic" (DB Bench is eval-only)
     train_offset: int = 0
     train_questions: int | None = None
+    items: str | None = None  # a sample run (or its filtered.json): train only on the items it kept (difficulty filter)
+    skip_equal_groups: bool = True  # groups whose rewards are all equal carry no loss (agentrl.train.group_filter)
     model: ModelConfig = field(default_factory=ModelConfig)
     adapter: str | None = None  # start from this LoRA adapter (e.g. the SFT one); None = fresh LoRA on the base
     rewards: dict[str, float] = field(default_factory=dict)  # empty: the env's declared defaults (its README)
@@ -371,7 +373,7 @@ def trainer_kwargs(settings: GRPOSettings, reward_weights: list[float], out: Pat
         vllm_importance_sampling_correction=settings.vllm_importance_sampling_correction,
         reward_weights=reward_weights, log_completions=settings.log_completions, num_completions_to_print=2,
         logging_steps=settings.logging_steps, report_to=trackers(settings.report_to), seed=settings.seed,
-        use_cpu=use_cpu, **cuda_precision(),
+        use_cpu=use_cpu, **cuda_precision(settings.model),
         gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing, backend),
         use_vllm=settings.use_vllm, vllm_mode=settings.vllm_mode,
         vllm_gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
@@ -392,6 +394,10 @@ def make_trainer(settings: GRPOSettings, loaded, task, rows: list[dict], out: Pa
     from agentrl.train.progress import attach_progress
 
     trainer_cls = family_trainer(GRPOTrainer) if registry.get(settings.env).routes else GRPOTrainer
+    if settings.skip_equal_groups:
+        from agentrl.train.group_filter import skipping_trainer
+
+        trainer_cls = skipping_trainer(trainer_cls)
     trainer = trainer_cls(model=loaded.model, processing_class=loaded.tokenizer, reward_funcs=funcs, args=args,
                           train_dataset=Dataset.from_list(rows), environment_factory=task.make_env,
                           callbacks=list(callbacks))
@@ -517,7 +523,8 @@ def summarize(history: list[dict], reward_names: list[str], labels: list[str] | 
     """Return ``{"history": rows}``: per-step reward, each reward function (as ``rewards/<label>``: the preset's
     name of it, ``format`` for TRL's ``format_reward``), tool calls, lengths, zero-std share."""
     keep = ("reward", "reward_std", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
-            "completions/mean_length", "completions/clipped_ratio", "loss", "kl", "entropy", "step_time")
+            "completions/mean_length", "completions/clipped_ratio", "loss", "kl", "entropy", "step_time",
+            "groups/skipped", "groups/total")
     rows = []
     for h in history:
         if "reward" not in h:
@@ -550,6 +557,10 @@ def run_grpo(settings: GRPOSettings, preset: dict | None = None, *, runs: str | 
     task = build_task(settings, preset)
     train_rows, held_out = split_rows(settings, preset)
     train_rows = without_heldout(train_rows, preset)
+    if settings.items:
+        from agentrl.train.group_filter import kept_items
+
+        train_rows = kept_items(train_rows, settings.items)
     rows = training_rows(settings, task, preset, train_rows)
     checkpoint = (prepare(out / "trainer", resume, overwrite, extra=("evals.json",)) if resume or _main_process()
                   else None)
@@ -593,7 +604,9 @@ def _write_run(out: Path, settings: GRPOSettings, metrics: dict) -> None:
 
     write_json(out / "metrics.json", metrics)
     write_manifest(out, phase="grpo", config=to_dict(settings),
-                   counts={"steps": metrics["steps"], "train_rows": metrics["train_rows"]},
+                   counts={"steps": metrics["steps"], "train_rows": metrics["train_rows"],
+                           "groups_skipped": sum(h.get("groups/skipped", 0) for h in metrics["history"]),
+                           "groups_skipped_per_step": [h.get("groups/skipped") for h in metrics["history"]]},
                    inputs={"model": settings.model.name, "adapter": settings.adapter},
                    extra={"backend": metrics["backend"], "backend_reason": metrics["backend_reason"],
                           "trl": metrics["trl"], "lora_dropout": metrics["lora_dropout"]})

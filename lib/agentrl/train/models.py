@@ -44,6 +44,7 @@ class ModelConfig:
     max_seq_length: int = 4096
     load_in_4bit: bool = False
     dtype: str = "auto"  # auto = bf16 on a GPU with native bf16, fp16 on others (T4), fp32 on CPU
+    cpu_precision: str = "auto"  # CPU training: auto (bf16 autocast where measured faster), bf16 or fp32
     gradient_checkpointing: bool = False
     fast_inference: bool = False  # Unsloth only: a colocated vLLM engine for GRPO generation
     gpu_memory_utilization: float = 0.5  # share of GPU memory that vLLM may take (fast_inference)
@@ -171,13 +172,18 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def cuda_precision() -> dict[str, bool]:
+def cuda_precision(cfg: ModelConfig | None = None) -> dict[str, bool]:
     """Return the Trainer's ``bf16`` / ``fp16`` flags for this machine's GPU: bf16 where it is native (compute
-    capability >= 8.0), else fp16, which the Trainer runs with a loss scaler (T4-class cards); both False without
-    CUDA."""
+    capability >= 8.0), else fp16, which the Trainer runs with a loss scaler (T4-class cards). Without CUDA, bf16
+    (the Trainer's CPU autocast) where ``cfg.cpu_precision`` or the measurement says so (agentrl.core.cpu_precision),
+    else both False."""
     from agentrl.core.device import cuda_native_bf16
 
     cuda = cuda_available()
+    if not cuda:
+        from agentrl.core.cpu_precision import use_bf16
+
+        return {"bf16": use_bf16("train", cfg.cpu_precision if cfg else "auto"), "fp16": False}
     native = cuda and cuda_native_bf16()
     return {"bf16": native, "fp16": cuda and not native}
 

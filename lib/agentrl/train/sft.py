@@ -42,6 +42,7 @@ class SFTSettings:
     name: str = "sft"
     data: str = "runs/data/sft_demo"  # curated dataset directory (trl/ export inside) or a trl .jsonl
     model: ModelConfig = field(default_factory=ModelConfig)
+    adapter: str | None = None  # continue training this LoRA adapter (rejection-sampling fine-tuning: SFT's)
     epochs: float = 3.0
     max_steps: int = -1
     learning_rate: float = 2e-4
@@ -167,7 +168,8 @@ def load_model(settings: SFTSettings):
     """Seed everything, then load the base model with LoRA on the chosen backend (agentrl.train.models)."""
     from agentrl.train.models import load_for_training
 
-    return load_for_training(settings.model, seed=settings.seed)  # before trl is imported: Unsloth patches it
+    # before trl is imported: Unsloth patches it
+    return load_for_training(settings.model, adapter=settings.adapter, seed=settings.seed)
 
 
 @dataclass
@@ -265,7 +267,7 @@ def trainer_kwargs(settings: SFTSettings, backend: str, data: SFTData | None, ou
         eval_strategy=("steps" if settings.eval_steps else "epoch") if has_val else "no",
         eval_steps=settings.eval_steps, logging_steps=settings.logging_steps, logging_first_step=True,
         report_to=trackers(settings.report_to), seed=settings.seed, use_cpu=use_cpu,
-        **cuda_precision(), disable_tqdm=not progress_bars(),
+        **cuda_precision(settings.model), disable_tqdm=not progress_bars(),
         dataset_num_proc=None, remove_unused_columns=True, **save_args(settings.save_steps, settings.save_total_limit),
     )
 

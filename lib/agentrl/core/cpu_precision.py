@@ -1,0 +1,63 @@
+"""Which precision CPU training and CPU generation use: bf16 only where this CPU has it and a measurement on this
+machine showed it faster, fp32 otherwise.
+
+``benchmarks/cpu_precision.py`` measures an SFT forward+backward and greedy generation in fp32 and bf16 and writes
+``runs/precision/cpu.json`` (``{"cpu": ..., "train_bf16_speedup": x, "generate_bf16_speedup": y, ...}``). Without
+that file nothing changes (fp32): an unmeasured machine is not assumed faster. ``model.cpu_precision`` (``auto``,
+``bf16`` or ``fp32``) overrides the decision for training; ``AGENTRL_CPU_PRECISION`` does for both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CHOICES = ("auto", "bf16", "fp32")
+MIN_SPEEDUP = 1.05  # below this a measured "gain" is noise
+_REPO = Path(__file__).resolve().parents[3]
+
+
+def measurement_path() -> Path:
+    """Return where the measurement is cached: ``runs/precision/cpu.json`` of the working directory, else of the
+    repository."""
+    local = Path("runs/precision/cpu.json")
+    return local if local.is_file() else _REPO / "runs" / "precision" / "cpu.json"
+
+
+def cpu_has_bf16() -> bool:
+    """Return whether this CPU computes bf16 natively (AVX512-BF16 or AMX)."""
+    import torch
+
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except AttributeError:
+        return False
+
+
+def measured() -> dict | None:
+    """Return the cached measurement, or None when there is none (or it is unreadable)."""
+    try:
+        return json.loads(measurement_path().read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def use_bf16(kind: str, requested: str = "auto") -> bool:
+    """Return whether CPU ``kind`` ("train" or "generate") runs in bf16: ``requested`` (or the environment
+    variable) "bf16" / "fp32" decides; "auto" takes bf16 when the CPU has it and the measurement shows it at least
+    MIN_SPEEDUP times faster."""
+    requested = os.environ.get("AGENTRL_CPU_PRECISION") or requested or "auto"
+    if requested not in CHOICES:
+        from agentrl.core.io import DataError
+
+        raise DataError(f"cpu precision must be one of {', '.join(CHOICES)} (got {requested!r})")
+    if requested != "auto":
+        return requested == "bf16"
+    m = measured()
+    if not m or not cpu_has_bf16():
+        return False
+    return float(m.get(f"{kind}_bf16_speedup") or 0) >= MIN_SPEEDUP
