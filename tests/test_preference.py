@@ -252,7 +252,7 @@ def test_the_commands_refuse_bad_input_with_exit_2_and_a_named_cause(tmp_path, c
     assert "sample.k must be at least 2" in capsys.readouterr().err
     (tmp_path / "p.toml").write_text("[sample]\nkk = 4\n")
     assert main(["sample", "--config", str(tmp_path / "p.toml")]) == 2
-    assert "sample: unknown field 'kk'" in capsys.readouterr().err
+    assert "p.toml:2: unknown key 'sample.kk' (did you mean 'sample.k'?)" in capsys.readouterr().err
     assert main(["export", "--pairs", str(tmp_path)]) == 2
     assert "not a sample run" in capsys.readouterr().err
     (tmp_path / "p.toml").write_text("[dpo]\nbeta = 0.1\n")
