@@ -34,10 +34,12 @@ METHODS = ("grpo", "dpo", "rft")
 
 # sizes: full run / --quick (same code path)
 FULL = {"heldout": {"search": 50, "sql": 60}, "sample_items": 48, "k": 4, "sample_new_tokens": 96,
-        "grpo_steps": 8, "grpo_batch": 16, "grpo_generations": 4, "grpo_beta": 0.01, "val": 8, "eval_every": 4,
+        "grpo_steps": 8, "grpo_batch": 4, "grpo_accum": 4,  # 16 rollouts a step, 4 a pass (16 at once: 24 GB, OOM)
+        "grpo_generations": 4, "grpo_beta": 0.01, "val": 8, "eval_every": 4,
         "dpo_steps": 24, "rft_steps": 12, "success": None}
 QUICK = {"heldout": {"search": 4, "sql": 3}, "sample_items": 4, "k": 2, "sample_new_tokens": 48,
-         "grpo_steps": 2, "grpo_batch": 4, "grpo_generations": 2, "grpo_beta": 0.01, "val": 2, "eval_every": 1,
+         "grpo_steps": 2, "grpo_batch": 4, "grpo_accum": 1, "grpo_generations": 2, "grpo_beta": 0.01, "val": 2,
+         "eval_every": 1,
          "dpo_steps": 1, "rft_steps": 1,
          "success": ("format", 0.5)}  # a 2-step SFT never answers right: well-formed tool use makes the pairs
 
@@ -65,7 +67,8 @@ def grpo_table(preset: dict, env: str, sizes: dict, adapter: str, sample_dir: Pa
         table.update(preset.get("grpo_sql") or {})
     n_train = table["train_questions"]
     table.update(name=f"rl_grpo_{env}", adapter=adapter, items=str(sample_dir), max_steps=sizes["grpo_steps"],
-                 batch_size=sizes["grpo_batch"], num_generations=sizes["grpo_generations"], beta=sizes["grpo_beta"],
+                 batch_size=sizes["grpo_batch"], grad_accum=sizes["grpo_accum"],
+                 num_generations=sizes["grpo_generations"], beta=sizes["grpo_beta"],
                  eval_questions=sizes["val"], eval_offset=n_train - sizes["val"], eval_every=sizes["eval_every"],
                  skip_equal_groups=True)
     return table
