@@ -53,9 +53,10 @@ def trajectory(row: dict) -> dict:
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_no_held_out_item_of_a_preset_reaches_its_training_data(name, tmp_path, capsys):
+    from agentrl.core.metrics import drop_heldout
     from agentrl.data.curate import curate, data_config
     from agentrl.train.grpo import grpo_config, split_rows
-    from agentrl.train.heldout import drop_heldout, heldout_keys
+    from agentrl.train.heldout import heldout_keys
 
     preset = load(name, multihop_rag_sample(name, tmp_path))
     keys = heldout_keys(preset)

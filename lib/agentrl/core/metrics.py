@@ -150,3 +150,13 @@ def same_item_key(row: dict) -> tuple[str, str]:
     """Return what makes two task rows the same item: the id and the normalised question. (GSM8K's two bundled files
     number their problems from 0 each: the same id there is a different item.)"""
     return str(row.get("id")), normalize_answer(str(row.get("question") or ""))
+
+
+def drop_heldout(rows: list[dict], keys: set[tuple[str, str]], what: str) -> list[dict]:
+    """Return ``rows`` without the held-out items ``keys`` (:func:`same_item_key`), printing one line with the count
+    when any is dropped (``what`` names the data, e.g. "GRPO training rows")."""
+    kept = [r for r in rows if same_item_key(r) not in keys]
+    if len(kept) < len(rows):
+        print(f"held-out hygiene: dropped {len(rows) - len(kept)} of {len(rows)} {what} (evaluation / GRPO "
+              "held-out items of the preset)")
+    return kept

@@ -272,13 +272,9 @@ def preset_heldout_rows(preset: dict) -> list[dict]:
 def without_heldout(rows: list[dict], preset: dict) -> list[dict]:
     """Return the training ``rows`` without the preset's held-out items (:func:`preset_heldout_rows`), printing
     one line with the count when any is dropped; a DataError when none is left."""
-    from agentrl.core.metrics import same_item_key
+    from agentrl.core.metrics import drop_heldout, same_item_key
 
-    keys = {same_item_key(r) for r in preset_heldout_rows(preset)}
-    kept = [r for r in rows if same_item_key(r) not in keys]
-    if len(kept) < len(rows):
-        print(f"held-out hygiene: dropped {len(rows) - len(kept)} of {len(rows)} GRPO training rows (evaluation / "
-              "GRPO held-out items of the preset)")
+    kept = drop_heldout(rows, {same_item_key(r) for r in preset_heldout_rows(preset)}, "GRPO training rows")
     if not kept:
         raise DataError("GRPO has no training rows left: every one is a held-out item of the preset")
     return kept

@@ -26,15 +26,3 @@ def heldout_keys(preset: dict) -> set[tuple[str, str]]:
     from agentrl.core.metrics import same_item_key
 
     return {same_item_key(r) for r in heldout_rows(preset)}
-
-
-def drop_heldout(rows: list[dict], keys: set[tuple[str, str]], what: str) -> list[dict]:
-    """Return ``rows`` without the held-out items ``keys``, printing one line with the count when any is dropped
-    (``what`` names the data, e.g. "GRPO training rows")."""
-    from agentrl.core.metrics import same_item_key
-
-    kept = [r for r in rows if same_item_key(r) not in keys]
-    if len(kept) < len(rows):
-        print(f"held-out hygiene: dropped {len(rows) - len(kept)} of {len(rows)} {what} (evaluation / GRPO "
-              "held-out items of the preset)")
-    return kept
