@@ -34,7 +34,7 @@ METHODS = ("grpo", "dpo", "rft")
 
 # sizes: full run / --quick (same code path)
 FULL = {"heldout": {"search": 50, "sql": 60}, "sample_items": 48, "k": 4, "sample_new_tokens": 96,
-        "grpo_steps": 8, "grpo_batch": 4, "grpo_accum": 4,  # 16 rollouts a step, 4 a pass (16 at once: 24 GB, OOM)
+        "grpo_steps": 6, "grpo_batch": 4, "grpo_accum": 4,  # 16 rollouts a step, 4 a pass (16 at once: 24 GB, OOM)
         "grpo_generations": 4, "grpo_beta": 0.01, "val": 8, "eval_every": 4,
         "dpo_steps": 24, "rft_steps": 12, "success": None}
 QUICK = {"heldout": {"search": 4, "sql": 3}, "sample_items": 4, "k": 2, "sample_new_tokens": 48,
@@ -101,7 +101,13 @@ def run_env_methods(preset: dict, env: str, sizes: dict, sft_adapter: str, runs:
         except DataError as exc:  # no kept item / pair / success: reported as measured, the others go on
             print(f"[learning_rl] {env} {method}: not run ({exc})", flush=True)
             res[method] = {"adapter": None, "why_not": str(exc)}
-            return None
+        except Exception as exc:  # an hour's other results are kept; the failure is in the table and the log
+            import traceback
+
+            traceback.print_exc()
+            print(f"[learning_rl] {env} {method}: FAILED ({type(exc).__name__}: {exc})", flush=True)
+            res[method] = {"adapter": None, "why_not": f"failed: {type(exc).__name__}: {exc}"}
+        return None
 
     def grpo():
         r = run_grpo(grpo_config(p), p, runs=runs, overwrite=True)
@@ -146,9 +152,30 @@ def compare(table: dict, per_item: dict) -> None:
                 row.update(diff_vs_sft=round(d, 4), diff_ci=[round(dlo, 4), round(dhi, 4)])
 
 
+def targets(result: dict) -> list[dict]:
+    """Return the issue's targets with what was measured and met / missed: per env, the best method's paired
+    difference to SFT (>= 0.05 with the interval's lower end above 0), and GRPO's mean reward over its last quarter of
+    steps against its first."""
+    rows = []
+    for env, models in result["table"].items():
+        diffs = [(r["diff_vs_sft"], r["diff_ci"][0], name) for name, r in models.items() if "diff_vs_sft" in r]
+        if diffs:
+            d, lo, name = max(diffs, key=lambda x: (x[1], x[0]))
+            rows.append({"target": f"{env}: a method beats SFT by >= 0.05, interval above 0",
+                         "measured": f"{name} {d:+.3f} (lower end {lo:+.3f})", "met": d >= 0.05 and lo > 0})
+    for env, r in result["methods"].items():
+        hist = [h["reward"] for h in (r.get("grpo") or {}).get("history", []) if h.get("reward") is not None]
+        if hist:
+            q = -(-len(hist) // 4)  # a quarter, rounded up: 6 steps compare 2 with 2
+            first, last = sum(hist[:q]) / q, sum(hist[-q:]) / q
+            rows.append({"target": f"{env}: GRPO mean reward, last quarter > first ({q} of {len(hist)} steps)",
+                         "measured": f"{first:.3f} -> {last:.3f}", "met": last > first})
+    return rows
+
+
 def markdown(result: dict) -> str:
     """Return the table (success, paired difference to SFT with its interval) and the phase timings."""
-    lines = [f"Command: `{result['command']}` ({result['total_minutes']} min, load {result['load']})", "",
+    lines = [f"Command: `{result['command']}` ({result['total_minutes']} min, load {result['load']} at the start)", "",
              "| env | model | n | success (95% CI) | vs SFT (95% CI) | well-formed call share | note |",
              "|---|---|---|---|---|---|---|"]
     for env, models in result["table"].items():
@@ -160,6 +187,8 @@ def markdown(result: dict) -> str:
             diff = (f"{r['diff_vs_sft']:+.3f} [{r['diff_ci'][0]:+.3f}, {r['diff_ci'][1]:+.3f}]"
                     if "diff_vs_sft" in r else "-")
             lines.append(f"| {env} | {name} | {r['n']} | {ci} | {diff} | {r['wellformed_call_share']:.2f} | |")
+    lines += ["", "| target | measured | met |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no'} |" for t in targets(result)]
     lines += ["", "| phase | wall s |", "|---|---|"]
     lines += [f"| {k} | {v['seconds']} |" for k, v in result["phases"].items()]
     for env, r in result["methods"].items():
@@ -197,14 +226,37 @@ def curves(result: dict):
             .properties(title="GRPO / DPO per step (validation slice, not the held-out items)"))
 
 
+def report(out: Path) -> int:
+    """Print and rewrite ``learning_rl.md`` and ``curves.html`` from ``out/learning_rl.json``; return 0 (1 when the
+    run has not finished)."""
+    import json
+
+    from agentrl.core.io import write_text_atomic
+
+    path = out / "learning_rl.json"
+    if not path.exists():
+        print(f"error: {path} does not exist: run the benchmark first", file=sys.stderr)
+        return 1
+    result = json.loads(path.read_text())
+    md = markdown(result)
+    write_text_atomic(out / "learning_rl.md", md)
+    curves(result).save(str(out / "curves.html"))
+    print(md)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the table; print and write it; return 0."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="cpu_smol")
     p.add_argument("--quick", action="store_true", help="toy sizes, the same code path end to end")
     p.add_argument("--out", help="default runs/learning_rl (runs/learning_rl_quick with --quick)")
+    p.add_argument("--report", action="store_true", help="print and rewrite the table of a finished run, train nothing")
     args = p.parse_args(argv)
     os.chdir(ROOT)
+    out = Path(args.out or ("runs/learning_rl_quick" if args.quick else "runs/learning_rl"))
+    if args.report:
+        return report(out)
     for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(key, "1")
     os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")
@@ -217,13 +269,12 @@ def main(argv: list[str] | None = None) -> int:
 
     preset = load(args.config)  # checked whole: a misspelt key stops before an hour of training
     sizes = QUICK if args.quick else FULL
-    out = Path(args.out or ("runs/learning_rl_quick" if args.quick else "runs/learning_rl"))
     runs = out / "runs"
     if args.quick:
         preset["demo"]["train_questions"] = 20
         preset["grpo"]["train_questions"] = 20
         preset.setdefault("grpo_sql", {})["train_questions"] = 14
-    start = time.perf_counter()
+    start, load = time.perf_counter(), round(os.getloadavg()[0], 1)  # other work on the machine, before ours
     timed = Phases()
     new_tokens = preset["eval"]["local"]["max_new_tokens"]
     timed("prepare model", lambda: {"model": ensure_model(preset["sft"]["model"]["name"])})
@@ -253,10 +304,11 @@ def main(argv: list[str] | None = None) -> int:
                 table[env][m] = {"why_not": methods[env][m]["why_not"]}
     compare(table, per_item)
     cmd = " ".join(["uv run python benchmarks/learning_rl.py", *(argv if argv is not None else sys.argv[1:])])
-    result = {"command": cmd, "config": args.config, "sizes": sizes, "load": round(os.getloadavg()[0], 1),
+    result = {"command": cmd, "config": args.config, "sizes": sizes, "load": load,
               "heldout": {k: [str(r["id"]) for r in v] for k, v in held.items()}, "table": table,
               "per_item": per_item, "methods": methods, "phases": dict(timed),
               "total_minutes": round((time.perf_counter() - start) / 60, 1)}
+    result["targets"] = targets(result)
     write_json(out / "learning_rl.json", result)
     md = markdown(result)
     write_text_atomic(out / "learning_rl.md", md)

@@ -9,6 +9,7 @@ with app.setup:
 
     from agentrl.app import notebook as nb
     from agentrl.core.io import read_json
+    from agentrl.core.progress import quiet_library_output
     from agentrl.data.pipeline import corpus_and_index, corpus_paths, eval_qa_path
     from agentrl.retrieval import Retriever
     from agentrl.retrieval.evaluate import recall_chart, results_table, run_retrieval_eval
@@ -54,6 +55,7 @@ def _(build_button, preset, rebuild):
     ready = (corpus_paths(preset)[1] / "index.json").exists()
     mo.stop(nb.interactive() and not (ready or build_button.value),
             mo.md("Press **Build corpus + index** to start (about a minute of embedding on CPU)."))
+    quiet_library_output()  # the spinner says what runs; no "Loading weights" bar from the embedder
     with mo.status.spinner("Building corpus and index (about a minute of embedding on CPU)…"):
         run = corpus_and_index(preset, rebuild=rebuild or build_button.value)
     mo.md(f"Index: `{run.index_dir}` ({'built now' if run.built else 'reused'})")
@@ -81,9 +83,11 @@ def _(eval_button, preset, run):
     else:
         report = read_json(_saved)
     s = report["summary"]
-    print(f"{s['questions']} questions: {s['gold_absent_from_corpus']} of {s['gold_titles']} gold passages "
-          f"are absent from the corpus; {s['questions_all_gold_present']} questions have all their gold.")
-    print(results_table(report).select("method", "recall@2", "recall@5", "recall@10", "recall@5_reachable", "ndcg@10"))
+    if not nb.interactive():  # run as a script: the table goes to the terminal (in marimo the cell shows it)
+        print(f"{s['questions']} questions: {s['gold_absent_from_corpus']} of {s['gold_titles']} gold passages "
+              f"are absent from the corpus; {s['questions_all_gold_present']} questions have all their gold.")
+        print(results_table(report).select("method", "recall@2", "recall@5", "recall@10", "recall@5_reachable",
+                                           "ndcg@10"))
     mo.vstack([mo.md(f"**{s['gold_absent_from_corpus']} / {s['gold_titles']}** gold passages are not in the "
                      "corpus; `_reachable` columns count only the rest."
                      + ("" if eval_button.value or not _fresh else f" (saved in `{_saved}`; the button re-runs it)")),

@@ -112,8 +112,9 @@ def _(cfg, preset, run_button):
                                              mo.ui.table(trajectories_frame(_sofar), page_size=5)]))
     records = read_jsonl(out_dir / "trajectories.jsonl")
     overall = read_json(out_dir / "metrics.json")["overall"]
-    print(f"{cfg.name}: {len(records)} trajectories, {overall}")
-    mo.md(f"**{cfg.name}** · {len(records)} trajectories · `{overall}`")
+    _shown = " · ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in overall.items())
+    print(f"{cfg.name}: {len(records)} trajectories, {_shown}")
+    mo.md(f"**{cfg.name}** · {len(records)} trajectories · {_shown}")
     return (records,)
 
 

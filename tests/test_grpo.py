@@ -138,6 +138,31 @@ def test_grpo_rollouts_call_real_tools_and_no_tool_output_carries_loss(trained, 
     assert any("<tool_call>" in t for t in trained_text)  # the model's own calls do
 
 
+def test_a_rollout_ending_on_an_unanswered_call_with_rounds_left_counts_as_cut_by_length():
+    from agentrl.train.length_budget import cut_by_length
+
+    result = {"role": "tool", "name": "search", "content": "Doc 1 ..."}
+    assert not cut_by_length(GOOD, 2) and not cut_by_length(NO_TOOL, 2) and not cut_by_length([], 2)
+    assert cut_by_length([call("Ed Wood")], 2)  # the first result did not fit: dropped, no answer
+    assert cut_by_length([call("Ed Wood"), result, call("Tim Burton")], 2)
+    assert not cut_by_length([call("a"), result, call("b"), result, call("c")], 2)  # the iteration limit instead
+
+
+def test_a_completion_budget_smaller_than_an_episode_is_logged_and_warned(trained, tiny_model, small_index, tmp_path,
+                                                                          caplog, monkeypatch):
+    """A call fits in 64 tokens, the call and its result do not: TRL drops the result and ends the rollout without
+    an answer. The tiny model calls in about 1 rollout of 8, hence the lower warning threshold here."""
+    from agentrl.train import length_budget
+
+    monkeypatch.setattr(length_budget, "WARN_SHARE", 0.05)
+    with caplog.at_level("WARNING", logger="agentrl.train.length_budget"):
+        result = run_grpo(settings(trained, tiny_model, name="cut", max_steps=1, max_completion_length=64),
+                          check_preset(small_index), runs=tmp_path)
+    h = result.metrics["history"][0]
+    assert h["tools/call_frequency"] > 0 and h["tools/cut_by_length"] == h["tools/call_frequency"], h  # every call
+    assert "ran out of max_completion_length = 64 before answering" in caplog.text
+
+
 def test_on_a_toy_verifiable_task_the_reward_rises(trained, tiny_model, small_index, tmp_path):
     """Reward: a successful tool call in the rollout. Seeded; mean of the last quarter vs the first."""
     result = run_grpo(settings(trained, tiny_model, name="toy", rewards={"tool_use": 1.0}, num_generations=8,
@@ -175,7 +200,9 @@ def test_run_writes_adapter_and_evaluates_the_current_policy(trained, tiny_model
     metrics = json.loads((out / "metrics.json").read_text())
     assert [e["step"] for e in metrics["evals"]] == [1, 2]
     assert {"rewards/answer_f1", "rewards/format", "tools/call_frequency", "frac_reward_zero_std",
-            "completions/mean_length", "groups/skipped", "groups/total"} <= set(metrics["history"][0])
+            "completions/mean_length", "groups/skipped", "groups/total",
+            "tools/cut_by_length"} <= set(metrics["history"][0])
+    assert all(h["tools/cut_by_length"] == 0 for h in metrics["history"])  # 256 tokens hold a call and its result
     for h in metrics["history"]:  # the equal-reward groups skipped are those TRL counts as zero-std
         assert h["groups/total"] == 2 and h["groups/skipped"] == round(h["frac_reward_zero_std"] * 2)
     assert (out / "eval" / "step_2" / "trajectories.jsonl").exists()

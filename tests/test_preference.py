@@ -194,7 +194,11 @@ def test_agentrl_dpo_runs_the_demo_presets_dpo_table(mixed, sft_adapter, tiny_mo
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"{demo['dpo']['max_steps']} DPO steps on transformers" in proc.stdout, proc.stdout
     assert "loss 0.6931 (step 1)" in proc.stdout, proc.stdout
-    assert (tmp_path / "runs" / "dpo" / demo["dpo"]["name"] / "adapter" / "adapter_config.json").is_file()
+    assert "{'loss'" not in proc.stdout and f"DPO {demo['dpo']['name']}: step" in proc.stdout, proc.stdout
+    run = tmp_path / "runs" / "dpo" / demo["dpo"]["name"]
+    assert (run / "adapter" / "adapter_config.json").is_file()
+    assert [json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()
+            if "loss" in line][:1] == [1]  # every logged step kept, as SFT and GRPO keep theirs
 
 
 def test_unknown_dpo_key_is_named_and_missing_pairs_say_how_to_make_them(tmp_path):

@@ -120,6 +120,11 @@ def run_dpo(settings: DPOSettings, *, runs: str | Path = "runs", callbacks=()) -
     dataset = load_pairs(path)
     trainer = DPOTrainer(model=loaded.model, args=training_args(settings, out), train_dataset=dataset,
                          processing_class=loaded.tokenizer, callbacks=list(callbacks))
+    from agentrl.train.progress import attach_progress
+
+    # a progress line / bar and loss chart instead of transformers' printed log dicts; the full log in out/log.jsonl
+    attach_progress(trainer, f"DPO {settings.name}", out, shown=("loss", "rewards/margins"),
+                    chart=("loss", "rewards/margins"))
     kept = len(trainer.train_dataset)
     if kept == 0:
         raise DataError(f"{path}: every pair's prompt is longer than dpo.max_length={settings.max_length}")

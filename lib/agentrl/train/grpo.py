@@ -387,9 +387,10 @@ def make_trainer(settings: GRPOSettings, loaded, task, rows: list[dict], out: Pa
 
     funcs, weights, _ = reward_functions(settings)
     args = training_args(settings, weights, out, loaded.backend)
+    from agentrl.train.length_budget import budget_trainer
     from agentrl.train.progress import attach_progress
 
-    trainer_cls = family_trainer(GRPOTrainer) if registry.get(settings.env).routes else GRPOTrainer
+    trainer_cls = budget_trainer(family_trainer(GRPOTrainer) if registry.get(settings.env).routes else GRPOTrainer)
     if settings.skip_equal_groups:
         from agentrl.train.group_filter import skipping_trainer
 
@@ -520,7 +521,7 @@ def summarize(history: list[dict], reward_names: list[str], labels: list[str] | 
     name of it, ``format`` for TRL's ``format_reward``), tool calls, lengths, zero-std share."""
     keep = ("reward", "reward_std", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
             "completions/mean_length", "completions/clipped_ratio", "loss", "kl", "entropy", "step_time",
-            "groups/skipped", "groups/total")
+            "groups/skipped", "groups/total", "tools/cut_by_length")
     rows = []
     for h in history:
         if "reward" not in h:
