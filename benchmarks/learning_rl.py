@@ -86,7 +86,7 @@ def run_env_methods(preset: dict, env: str, sizes: dict, sft_adapter: str, runs:
 
     res: dict = {}
     base_grpo = grpo_table(preset, env, sizes, sft_adapter, runs / "sample" / f"rl_{env}")
-    p = {**preset, "grpo": base_grpo}
+    p = {**preset, "grpo": base_grpo, "grpo_sql": {}}  # [grpo_sql] is merged in already; again, it renames the run
     key, minimum = sizes["success"] or (success_key(env), 1.0)
     cfg = sample_config(p, name=f"rl_{env}", k=sizes["k"], items=sizes["sample_items"],
                         max_new_tokens=sizes["sample_new_tokens"], success_key=key, success_min=minimum)

@@ -86,7 +86,8 @@ def load_pairs(path: Path):
 
 
 def training_args(settings: DPOSettings, out: Path):
-    """Return the DPOConfig of a run (bf16/fp16 on CUDA as the card allows, fp32 on CPU)."""
+    """Return the DPOConfig of a run (bf16/fp16 on CUDA as the card allows; on CPU, bf16 autocast where
+    agentrl.core.cpu_precision measured it faster, else fp32)."""
     from trl import DPOConfig
 
     from agentrl.train.models import cuda_available, cuda_precision, progress_bars
