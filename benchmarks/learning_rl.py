@@ -226,22 +226,26 @@ def curves(result: dict):
             .properties(title="GRPO / DPO per step (validation slice, not the held-out items)"))
 
 
-def report(out: Path) -> int:
-    """Print and rewrite ``learning_rl.md`` and ``curves.html`` from ``out/learning_rl.json``; return 0 (1 when the
-    run has not finished)."""
-    import json
-
+def publish(out: Path, result: dict) -> None:
+    """Write ``learning_rl.md`` and ``curves.html`` of ``result`` under ``out`` and print the table."""
     from agentrl.core.io import write_text_atomic
+
+    md = markdown(result)
+    write_text_atomic(out / "learning_rl.md", md)
+    curves(result).save(str(out / "curves.html"))
+    print(md)
+
+
+def report(out: Path) -> int:
+    """Print and rewrite the table and curves of the finished run ``out/learning_rl.json``; return 0 (1 when the
+    run has not finished)."""
+    from agentrl.core.io import read_json
 
     path = out / "learning_rl.json"
     if not path.exists():
         print(f"error: {path} does not exist: run the benchmark first", file=sys.stderr)
         return 1
-    result = json.loads(path.read_text())
-    md = markdown(result)
-    write_text_atomic(out / "learning_rl.md", md)
-    curves(result).save(str(out / "curves.html"))
-    print(md)
+    publish(out, read_json(path))
     return 0
 
 
@@ -262,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from agentrl.app.presets import load
-    from agentrl.core.io import write_json, write_text_atomic
+    from agentrl.core.io import write_json
     from agentrl.data.pipeline import corpus_and_index
     from agentrl.train.smol import ensure_model
     from learning import Phases, demonstrations, evaluate, heldout, run_sft_phase
@@ -310,10 +314,7 @@ def main(argv: list[str] | None = None) -> int:
               "total_minutes": round((time.perf_counter() - start) / 60, 1)}
     result["targets"] = targets(result)
     write_json(out / "learning_rl.json", result)
-    md = markdown(result)
-    write_text_atomic(out / "learning_rl.md", md)
-    curves(result).save(str(out / "curves.html"))
-    print(md)
+    publish(out, result)
     return 0
 
 
