@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _util import cpu_seconds, free_port
+from _util import cpu_seconds, free_port, preset_index
 
 ROOT = Path(__file__).resolve().parents[1]
 LATENCY = 0.05
@@ -114,11 +114,9 @@ def main() -> None:
     ap.add_argument("--index", help="index directory (default: the demo preset's sample index)")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from agentrl.core.config import load_preset
-    from agentrl.data.pipeline import corpus_and_index
     from agentrl.retrieval import Retriever
 
-    index = Path(args.index) if args.index else corpus_and_index(load_preset("demo"), runs=ROOT / "runs").index_dir
+    index = Path(args.index) if args.index else preset_index("demo", ROOT / "runs")
     retriever = Retriever.load(index)
     retriever.search_batch(["warm up"], 3, "bm25" if args.no_hybrid else "hybrid")
     port = free_port()

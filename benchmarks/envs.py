@@ -20,17 +20,24 @@ import time
 
 
 def oracle_rate(env: str, n: int) -> tuple[float, float]:
-    """Return ``(episodes per second, mean success)`` of the env's oracle on ``n`` evaluation items."""
-    from agentrl.rollout.evaluate import build_policy, build_task, eval_config, load_rows
+    """Return ``(episodes per second, mean success)`` of the env's oracle on its first ``n`` held-out items (the
+    text game generates ``n`` dev-fold games; math and code read their held-out problems)."""
+    from dataclasses import replace
+
+    from agentrl.envs import registry
+    from agentrl.rollout.evaluate import EvalConfig, build_policy, build_task, load_rows
     from agentrl.rollout.runner import RunConfig, run_batch
 
-    cfg = eval_config({}, env=env, policy="oracle", limit=n)
+    settings = registry.get(env).settings()
+    if env == "textgame":  # it generates as many games as its heldout split says
+        settings = replace(settings, heldout=n)
+    cfg = EvalConfig(env=env, split="heldout", policy="oracle", limit=n, envs={env: settings})
     task = build_task(cfg)
     rows = load_rows(cfg)
     policy = build_policy(cfg, task)
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        m = run_batch(policy, task, rows, out, RunConfig(progress=False, max_turns=cfg.run.max_turns))
+        m = run_batch(policy, task, rows, out, RunConfig(progress=False))  # the env's turn budget: task.max_turns
         seconds = time.perf_counter() - start
     return len(rows) / seconds, m["overall"]["em"]
 

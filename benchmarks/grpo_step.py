@@ -47,15 +47,16 @@ class Timers(dict):
         return timed
 
 
-def ensure_inputs() -> dict:
-    """Return the demo preset, building the phases GRPO starts from if they are missing."""
+def ensure_inputs():
+    """Return the demo preset (agentrl.app.presets.Preset), building the phases GRPO starts from if they are
+    missing."""
     from agentrl.app.demo import demo_data, demo_eval, demo_sft
-    from agentrl.core.config import load_preset
+    from agentrl.app.presets import load
     from agentrl.data.pipeline import corpus_and_index
 
-    preset = load_preset("demo")
+    preset = load("demo")
     if not (ROOT / "runs" / "sft" / "sft_demo" / "adapter" / "adapter_config.json").exists():
-        corpus_and_index(preset)
+        corpus_and_index(preset.settings("corpus"), preset.settings("index"))
         demo_eval(preset, False)
         demo_data(preset)
         demo_sft(preset, False)
@@ -71,25 +72,28 @@ def main() -> None:
     import os
 
     os.chdir(ROOT)
-    preset = ensure_inputs()
+    preset = ensure_inputs().with_layer(
+        {"grpo": {"max_steps": args.steps, "eval_questions": 0, "name": "bench", "report_to": [],
+                  "search": {"search_method": args.search_method}}}, "benchmarks/grpo_step.py")
     from transformers import TrainerCallback
 
     from agentrl.envs.search.env import LocalSearch
     from agentrl.train import grpo
+    from agentrl.train.configs import trl_args
     from agentrl.train.models import load_for_training
 
-    cfg = grpo.grpo_config(preset, max_steps=args.steps, eval_questions=0, name="bench", report_to=[],
-                           search_method=args.search_method)
-    loaded = load_for_training(cfg.model, adapter=cfg.adapter)
+    cfg = preset.grpo()
+    out = ROOT / "runs" / "bench" / "grpo"
+    loaded = load_for_training(cfg.model, adapter=cfg.adapter, seed=cfg.seed,
+                               gradient_checkpointing=cfg.gradient_checkpointing)
     loaded.tokenizer.padding_side = "left"
     timers = Timers()
     per_step: list[dict] = []
     LocalSearch.search = timers.wrap_async("tools", LocalSearch.search)  # the search tool's real work
-    task = grpo.build_task(cfg, preset)
-    rows = grpo.training_rows(cfg, task, preset)
-    funcs, _, _ = grpo.reward_functions(cfg)
-    grpo.reward_functions = lambda settings: ([timers.wrap("rewards", f) for f in funcs],  # noqa: E731
-                                              list(cfg.rewards.values()), None)
+    task = grpo.build_task(cfg, preset.data)
+    rows = grpo.training_rows(cfg, task, grpo.train_rows(cfg, preset.heldout, preset.data))
+    funcs, weights = grpo.reward_functions(cfg)
+    grpo.reward_functions = lambda settings: ([timers.wrap("rewards", f) for f in funcs], weights)
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, *a, **k):
@@ -99,7 +103,8 @@ def main() -> None:
         def on_step_end(self, *a, **k):
             per_step.append({**timers, "step": time.perf_counter() - self.t})
 
-    trainer = grpo.make_trainer(cfg, loaded, task, rows, ROOT / "runs" / "bench" / "grpo", [StepClock()])
+    args_trl = trl_args(cfg, grpo.derived_args(cfg, loaded.backend, out))
+    trainer = grpo.make_trainer(cfg, args_trl, loaded, task, rows, [StepClock()])
     trainer._generate = timers.wrap("generate", trainer._generate)
     trainer._generate_and_score_completions = timers.wrap("generate_and_score",
                                                            trainer._generate_and_score_completions)
@@ -117,8 +122,9 @@ def main() -> None:
     }
     hist = [h for h in trainer.state.log_history if "reward" in h]
     calls = sum(h.get("tools/call_frequency", 0.0) for h in hist) / max(1, len(hist))
-    print(f"GRPO step on the tiny model, {args.search_method} search: {cfg.batch_size} rollouts "
-          f"({cfg.batch_size // cfg.num_generations} questions x {cfg.num_generations}), {calls:.2f} tool calls per "
+    rollouts = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
+    print(f"GRPO step on the tiny model, {args.search_method} search: {rollouts} rollouts "
+          f"({rollouts // cfg.num_generations} questions x {cfg.num_generations}), {calls:.2f} tool calls per "
           f"rollout, mean over {len(steps)} steps after warm-up")
     for name, sec in parts.items():
         print(f"  {name:<38} {sec:7.3f} s  {100 * sec / mean['step']:5.1f}%")

@@ -28,10 +28,15 @@ answered share, the well-formed call share, and the SFT wall time and trained to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentrl.app.presets import Preset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,101 +69,123 @@ def scores(metrics: dict) -> dict:
     return row
 
 
-def evaluate(preset: dict, env: str, rows: list[dict], adapter: str | None, name: str, out: Path,
+def evaluate(preset: Preset, env: str, rows: list[dict], adapter: str | None, name: str, out: Path,
              max_new_tokens: int, max_turns: int | None = None, batch: int | None = None) -> dict:
-    """Run the batched local policy (base model + ``adapter``) on ``rows``; return the table row (with the
+    """Run the batched local policy (base model + ``adapter``) on the held-out ``rows`` (``[eval]`` and its
+    ``[eval.<env>]`` table, ``max_turns`` replacing the table's when given); return the table row (with the
     evaluation's wall time). ``batch`` sets both the concurrent episodes and the prompts per generate call."""
-    from agentrl.rollout.evaluate import eval_config, run_eval
+    from agentrl.rollout.evaluate import run_eval, variant
 
-    extra = {"qa": "data/samples/dbbench_dev.jsonl"} if env == "sql" else {}
-    cfg = eval_config(preset, name=name, env=env, policy="local", adapter=adapter, max_turns=max_turns, **extra)
-    cfg.local.max_new_tokens = max_new_tokens
+    cfg = variant(preset.eval(), name=name, env=env, policy="local", split="heldout", qa=None, offset=0, limit=None,
+                  adapter=adapter, max_new_tokens=max_new_tokens)
+    if max_turns:
+        cfg.envs = {**cfg.envs, env: dataclasses.replace(cfg.env_settings, max_turns=max_turns)}
     if batch:
-        cfg.run.concurrency = cfg.local.max_batch = batch
+        cfg.run = dataclasses.replace(cfg.run, concurrency=batch)
+        cfg.local = dataclasses.replace(cfg.local, max_batch=batch)
     t = time.perf_counter()
-    m = run_eval(cfg, preset, rows=rows, overwrite=True, out_dir=out / "eval" / name)
+    m = run_eval(cfg, preset.data, rows=rows, overwrite=True, out_dir=out / "eval" / name)
     return {**scores(m), "seconds": round(time.perf_counter() - t, 1)}
 
 
-def heldout(preset: dict, n_search: int, n_sql: int) -> dict[str, list[dict]]:
-    """Return the held-out rows: the last HotpotQA questions after the training slice and DB Bench dev tasks."""
-    from agentrl.envs.sql.dbbench import load_dbbench
-    from agentrl.rollout.evaluate import eval_config, load_rows
+def heldout(preset: Preset, n_search: int | None, n_sql: int) -> dict[str, list[dict]]:
+    """Return the held-out rows: the first ``n_search`` of the search environment's ``heldout`` split (``[eval.search]
+    heldout``: the last questions of the QA file; None: all of them) and ``n_sql`` of the SQL environment's (DB Bench
+    dev tasks), spread over the file."""
+    from agentrl.rollout.evaluate import load_rows, variant
 
-    start = preset["demo"]["train_questions"]
-    search = load_rows(eval_config(preset, offset=start, limit=n_search), preset)
-    tasks = load_dbbench("data/samples/dbbench_dev.jsonl")
+    def split(env: str, limit: int | None = None) -> list[dict]:
+        cfg = variant(preset.eval(), env=env, split="heldout", qa=None, offset=0, limit=limit)
+        return load_rows(cfg, preset.data)
+
+    tasks = split("sql")
     sql = tasks[::max(1, len(tasks) // n_sql)][:n_sql]  # a spread over SELECT and INSERT/UPDATE/DELETE tasks
-    return {"search": search, "sql": sql}
+    return {"search": split("search", n_search), "sql": sql}
 
 
-def oracle(preset: dict, runs: Path, name: str, rows: list[dict] | None = None, **overrides) -> dict:
-    """Run the oracle policy (``[eval]`` with ``overrides``, on ``rows`` when given) into ``runs/eval/<name>``;
-    return its metrics."""
-    from agentrl.rollout.evaluate import eval_config, run_eval
+def oracle(preset: Preset, runs: Path, name: str, rows: list[dict] | None = None, **changes) -> dict:
+    """Run the oracle policy (``[eval]`` with ``changes``: EvalConfig fields, e.g. env, split, limit; on ``rows``
+    when given) into ``runs/eval/<name>``; return its metrics."""
+    from agentrl.rollout.evaluate import run_eval, variant
 
-    return run_eval(eval_config(preset, name=name, policy="oracle", **overrides), preset, runs=runs, rows=rows,
-                    overwrite=True)
+    cfg = variant(preset.eval(), name=name, policy="oracle", **changes)
+    return run_eval(cfg, preset.data, runs=runs, rows=rows, overwrite=True)
 
 
-def curate_export(preset: dict, runs: Path, names: list[str], **overrides) -> tuple[Path, dict]:
-    """Curate the oracle runs ``names`` with ``[data]`` (plus ``overrides``) and export them; return the data
-    directory and the curation report."""
-    from agentrl.data.curate import curate, data_config
+def curate_export(preset: Preset, runs: Path, names: list[str], **changes) -> tuple[Path, dict]:
+    """Curate the oracle runs ``names`` with ``[data]`` (plus ``changes``) through the preset's held-out gate and
+    export them; return the data directory and the curation report."""
+    from agentrl.data.curate import curate
     from agentrl.data.export import FORMATS, export
 
-    cfg = data_config(preset, **overrides)
+    cfg = dataclasses.replace(preset.curate(), **changes)
     data = runs / "data" / cfg.name
-    report = curate([runs / "eval" / n for n in names], cfg, data)
+    report = curate([runs / "eval" / n for n in names], cfg, data, preset.heldout)
     export(data, FORMATS)
     return data, report
 
 
-def demonstrations(preset: dict, runs: Path, n_sql: int | None) -> dict:
-    """Oracle demonstrations (search questions 0..train_questions-1, synthetic SQL tasks), curated + exported;
-    return the oracles' scores and the rows written."""
-    n_train = preset["demo"]["train_questions"]
-    search = oracle(preset, runs, "smol_search_oracle", offset=0, limit=n_train)
-    sql = oracle(preset, runs, "smol_sql_oracle", env="sql", qa="synthetic", limit=n_sql)
+def demonstrations(preset: Preset, runs: Path, n_search: int | None, n_sql: int | None) -> dict:
+    """Oracle demonstrations (the search environment's ``train`` split: the questions before the held-out ones, the
+    first ``n_search`` of them when given; the SQL environment's: synthetic tasks), curated + exported; return the
+    oracles' scores and the rows written."""
+    search = oracle(preset, runs, "smol_search_oracle", env="search", split="train", qa=None, offset=0, limit=n_search)
+    sql = oracle(preset, runs, "smol_sql_oracle", env="sql", split="train", qa=None, offset=0, limit=n_sql)
     _, report = curate_export(preset, runs, ["smol_search_oracle", "smol_sql_oracle"])
     return {"search_oracle_f1": search["overall"]["f1"], "sql_oracle_em": sql["overall"]["em"],
             "written": report["written"]}
 
 
-def env_rows(sizes: dict, smoke: bool) -> dict[str, dict[str, list[dict]]]:
-    """Return ``{"textgame" | "math": {"train": rows, "heldout": rows}}``, the two sides never overlapping.
-
-    Text game: train-fold twc seeds 0.. and dev-fold seeds 0.. (the game generator keeps folds disjoint).
-    Math: held out, the first problems of the env's fixed evaluation slice (GSM8K's last 200 training
-    problems); train, ``sizes["math_train"]`` without any problem of that slice (by normalised question)."""
-    from agentrl.data.curate import question_key
-    from agentrl.envs.math.env import load_gsm8k
-    from agentrl.envs.textgame.env import textgame_tasks
-
+def env_preset(preset: Preset, sizes: dict, smoke: bool) -> tuple[Preset, dict[str, int]]:
+    """Return the preset of the ``--envs`` part and its sizes: ``[eval.textgame]`` generating the train-fold and
+    dev-fold games it runs, ``[eval.math]`` reading its training problems from ``sizes["math_train"]`` and giving an
+    episode the 4 turns ``[eval.run] max_turns`` gave every environment before the environments owned their settings
+    (unless the preset's ``[eval.math]`` sets max_turns); the held-out set is the layered preset's (math: every problem
+    of the env's fixed evaluation slice, not only those scored)."""
     n = {"tg_train": 6, "tg_held": 2, "math_train": 12, "math_held": 3} if smoke else {
         "tg_train": sizes["textgame_train_games"], "tg_held": sizes["textgame_heldout_games"],
         "math_train": sizes["math_train_problems"], "math_held": sizes["math_heldout_problems"]}
-    fixed = load_gsm8k("data/samples/gsm8k_heldout_200.jsonl")
-    held = {question_key(r["question"]) for r in fixed}
-    train = [r for r in load_gsm8k(sizes["math_train"]) if question_key(r["question"]) not in held]
+    math = {"train_qa": sizes["math_train"]}
+    if preset.eval().envs.get("math") is None or preset.eval().envs["math"].max_turns is None:
+        math["max_turns"] = 4
+    layer = {"eval": {"textgame": {"train": n["tg_train"], "heldout": n["tg_held"]}, "math": math}}
+    return preset.with_layer(layer, "benchmarks/learning.py --envs"), n
+
+
+def env_rows(preset: Preset, n: dict[str, int]) -> dict[str, dict[str, list[dict]]]:
+    """Return ``{"textgame" | "math": {"train": rows, "heldout": rows}}`` from each environment's splits, the two sides
+    never overlapping.
+
+    Text game: train-fold twc seeds 0.. and dev-fold seeds 0.. (the game generator keeps folds disjoint).
+    Math: held out, the first problems of the env's fixed evaluation slice (GSM8K's last 200 training
+    problems); train, ``n["math_train"]`` of ``train_qa`` without any held-out problem (the preset's gate)."""
+    from agentrl.envs import registry
+
+    def split(env: str, name: str) -> list[dict]:
+        spec = registry.get(env)
+        return registry.split_rows(spec, name, preset.eval().envs.get(env) or spec.settings(), preset.data)
+
+    train = preset.heldout.drop(split("math", "train"), "math training problems")
     if len(train) < n["math_train"]:
-        print(f"[learning] {sizes['math_train']}: {len(train)} training problems (< {n['math_train']})")
-    return {"textgame": {"train": textgame_tasks("train", n["tg_train"]),
-                         "heldout": textgame_tasks("dev", n["tg_held"])},
-            "math": {"train": train[:n["math_train"]], "heldout": fixed[:n["math_held"]]}}
+        print(f"[learning] {preset.eval().envs['math'].train_qa}: {len(train)} training problems "
+              f"(< {n['math_train']})")
+    return {"textgame": {"train": split("textgame", "train"), "heldout": split("textgame", "heldout")},
+            "math": {"train": train[:n["math_train"]], "heldout": split("math", "heldout")[:n["math_held"]]}}
 
 
-def run_sft_phase(preset: dict, runs: Path, smoke: bool, data: str | None = None, **overrides) -> dict:
-    """Run LoRA SFT (``[sft]`` with ``overrides``, e.g. name, max_steps, max_length) on the curated ``data``
-    (default ``[data]``'s); return the adapter path, loss curve, wall and train seconds, trained tokens/s."""
-    from agentrl.train.sft import run_sft, sft_config
+def run_sft_phase(preset: Preset, runs: Path, smoke: bool, data: str | None = None, **changes) -> dict:
+    """Run LoRA SFT (``[sft]`` with ``changes``, e.g. name, max_steps, max_length) on the curated ``data``
+    (default ``[data]``'s) through the preset's held-out gate; return the adapter path, loss curve, wall and train
+    seconds, trained tokens/s."""
+    from agentrl.train.sft import run_sft
 
-    cfg = sft_config(preset, data=data or str(runs / "data" / preset["data"]["name"]), **overrides)
+    table = {"data": data or str(runs / "data" / preset.curate().name), **changes}
     if smoke:
-        cfg.max_steps, cfg.logging_steps = 2, 1
+        table.update(max_steps=2, logging_steps=1)
+    p = preset.with_layer({"sft": table}, "benchmarks/learning.py")
     tokens = token_counter()
     t = time.perf_counter()
-    res = run_sft(cfg, preset, runs=runs, callbacks=[tokens])
+    res = run_sft(p.sft(), p.heldout, p.eval(), p.data, runs=runs, callbacks=[tokens], source=p.describe())
     seconds = time.perf_counter() - t
     m = res.metrics
     return {"adapter": str(res.out / "adapter"), "steps": m["steps"], "loss": m["loss"], "seconds": round(seconds, 1),
@@ -166,26 +193,28 @@ def run_sft_phase(preset: dict, runs: Path, smoke: bool, data: str | None = None
             "tokens_per_s": round(tokens.num_tokens / max(m["train_seconds"], 1e-9), 1), "counts": m["counts"]}
 
 
-def grpo_settings(preset: dict, env: str, adapter: str, smoke: bool):
-    """Return the GRPOSettings of one environment: ``[grpo]``, with ``[grpo_sql]`` replacing fields for SQL."""
-    from agentrl.train.grpo import grpo_config
+# the SQL GRPO run: [grpo] with the [grpo.sql] environment, the trainer values its shorter episodes take (what the
+# preset's [grpo_sql] table set before the environments owned their settings)
+SQL_RUN = {"env": "sql", "name": "smol_grpo_sql", "max_completion_length": 256, "max_tool_calling_iterations": 2}
 
-    table = dict(preset["grpo"])
-    if env == "sql":
-        table.update(preset.get("grpo_sql") or {})
-    cfg = grpo_config({**preset, "grpo": table}, adapter=adapter)
+
+def grpo_preset(preset: Preset, env: str, adapter: str, smoke: bool) -> Preset:
+    """Return the preset of one environment's GRPO run: ``[grpo]`` from the SFT ``adapter``, for SQL with
+    :data:`SQL_RUN`."""
+    table: dict = {"adapter": adapter, **(SQL_RUN if env == "sql" else {"env": env})}
     if smoke:
-        cfg.max_steps = 1
-    return cfg
+        table["max_steps"] = 1
+    return preset.with_layer({"grpo": table}, f"benchmarks/learning.py (GRPO {env})")
 
 
-def run_grpo_phase(preset: dict, env: str, adapter: str, runs: Path, smoke: bool) -> dict:
+def run_grpo_phase(preset: Preset, env: str, adapter: str, runs: Path, smoke: bool) -> dict:
     from agentrl.train.grpo import run_grpo
 
-    cfg = grpo_settings(preset, env, adapter, smoke)
+    p = grpo_preset(preset, env, adapter, smoke)
     tokens = token_counter()
     t = time.perf_counter()
-    res = run_grpo(cfg, preset, runs=runs, callbacks=[tokens])
+    res = run_grpo(p.grpo(), p.heldout, p.data, runs=runs, callbacks=[tokens], eval_run=p.eval().run,
+                   source=p.describe())
     seconds = time.perf_counter() - t
     m = res.metrics
     hist = m["history"]
@@ -327,19 +356,19 @@ class Phases(dict):
         return res
 
 
-def search_sql(args, preset: dict, out: Path, timed: Phases) -> dict:
+def search_sql(args, preset: Preset, out: Path, timed: Phases) -> dict:
     """Run base -> SFT -> GRPO for search and SQL; return the result's table, held-out ids and targets."""
     from agentrl.data.pipeline import corpus_and_index
 
     runs = out / "runs"  # every phase's run directories, apart from other presets'
-    n_search, n_sql = (4, 3) if args.smoke else (preset["demo"]["heldout_questions"],
-                                                 preset["demo"]["sql_heldout_tasks"])
-    new_tokens = preset["eval"]["local"]["max_new_tokens"]
-    if args.smoke:
-        preset["demo"]["train_questions"] = 20
-    timed("corpus + index", lambda: {"index": str(corpus_and_index(preset, progress=False).index_dir)})
+    # held out: the search environment's heldout split ([eval.search] heldout: all of it) and DB Bench dev tasks
+    n_search, n_sql = (4, 3) if args.smoke else (None, preset.demo().sql_heldout_tasks)
+    new_tokens = preset.eval().local.max_new_tokens
+    timed("corpus + index", lambda: {"index": str(corpus_and_index(preset.settings("corpus"), preset.settings("index"),
+                                                                   progress=False).index_dir)})
     held = heldout(preset, n_search, n_sql)
-    timed("oracle demos + curation", demonstrations, preset, runs, 14 if args.smoke else None)
+    timed("oracle demos + curation", demonstrations, preset, runs, 20 if args.smoke else None,
+          14 if args.smoke else None)
     table: dict = {"search": {}, "sql": {}}
 
     def eval_all(label, adapters):
@@ -358,18 +387,19 @@ def search_sql(args, preset: dict, out: Path, timed: Phases) -> dict:
             "targets": targets(table, {"search": timed["grpo_search"], "sql": timed["grpo_sql"]})}
 
 
-def other_envs(args, preset: dict, out: Path, timed: Phases) -> dict:
+def other_envs(args, preset: Preset, out: Path, timed: Phases) -> dict:
     """Run base -> SFT (one LoRA SFT per environment) for the text game and math on held-out items; return the
     result's table, held-out ids and checks."""
-    sizes = dict(preset["demo_envs"])
+    sizes = dataclasses.asdict(preset.demo_envs())
     if args.math_train:
         sizes["math_train"] = args.math_train
     runs = out / "runs"
     envs = [e.strip() for e in args.envs.split(",") if e.strip()]
     if sorted(envs) != ["math", "textgame"]:
         raise SystemExit(f"--envs: textgame,math is what this part runs (got {args.envs!r})")
+    preset, n = env_preset(preset, sizes, args.smoke)
     rows = {}
-    timed("tasks", lambda: rows.update(env_rows(sizes, args.smoke)))
+    timed("tasks", lambda: rows.update(env_rows(preset, n)))
     sft_steps = {"textgame": sizes["textgame_sft_steps"], "math": sizes["math_sft_steps"]}
     run = {"textgame": {"max_turns": sizes["textgame_max_turns"], "batch": sizes["textgame_batch"],
                         "max_new_tokens": sizes["textgame_max_new_tokens"]},
@@ -378,7 +408,8 @@ def other_envs(args, preset: dict, out: Path, timed: Phases) -> dict:
     data = {}
 
     def demos(env):
-        m = oracle(preset, runs, f"smol_{env}_oracle", rows[env]["train"], env=env)
+        m = oracle(preset, runs, f"smol_{env}_oracle", rows[env]["train"], env=env, split="train", qa=None, offset=0,
+                   limit=None)
         data[env], report = curate_export(preset, runs, [f"smol_{env}_oracle"], name=f"smol_sft_{env}",
                                           balance_by=[])  # tool-call counts are the task's, not a skew
         return {"oracle_success": m["overall"]["em"], "written": report["written"]}
@@ -398,8 +429,7 @@ def other_envs(args, preset: dict, out: Path, timed: Phases) -> dict:
         sft = timed(f"sft_{env}", run_sft_phase, preset, runs, args.smoke, str(data[env]), name=f"smol_sft_{env}",
                     max_steps=sft_steps[env], max_length=sizes["sft_max_length"])
         timed(f"eval sft {env}", eval_env, env, "sft", sft["adapter"])
-    return {"heldout": {env: {"source": "twc dev fold" if env == "textgame" else
-                              "data/samples/gsm8k_heldout_200.jsonl",
+    return {"heldout": {env: {"source": "twc dev fold" if env == "textgame" else preset.eval().envs["math"].qa,
                               "ids": [r["id"] for r in rows[env]["heldout"]]} for env in envs},
             "train": {env: [r["id"] for r in rows[env]["train"]] for env in envs},
             "sizes": sizes, "table": table, "targets": env_targets(table)}
@@ -427,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or (f"runs/{stem}_smoke" if args.smoke else f"runs/{stem}"))
     start = time.perf_counter()
     timed = Phases()
-    timed("prepare model", lambda: {"model": ensure_model(preset["sft"]["model"]["name"])})
+    timed("prepare model", lambda: {"model": ensure_model(preset.sft().model.name)})
     part = other_envs(args, preset, out, timed) if args.envs else search_sql(args, preset, out, timed)
     cmd = " ".join(["uv run python benchmarks/learning.py", *(argv if argv is not None else sys.argv[1:])])
     result = {"command": cmd, "config": args.config, **part, "phases": dict(timed),

@@ -11,8 +11,9 @@ oracle demonstrations -> one LoRA SFT on both environments (benchmarks/learning.
 attempts per training item with the SFT adapter at GRPO's temperature -> GRPO from the SFT adapter on the items the
 difficulty filter kept (0 < successes < k), equal-reward groups skipped; DPO on the (success, failure) pairs; SFT on
 the successes (rejection sampling), both continuing the SFT adapter. A small validation slice cut from the end of the
-training pool (never a held-out item; the SFT demonstrations include it, sampling, GRPO, DPO and RFT never do) is
-evaluated by GRPO every few steps. KL is GRPO's to the base model (TRL's reference for a LoRA policy: adapter off).
+training pool (``[grpo.<env>] validation``: never a held-out item; the SFT demonstrations include it, sampling,
+GRPO, DPO and RFT never do) is evaluated during GRPO every few steps and after the last. KL is GRPO's to the base
+model (TRL's reference for a LoRA policy: adapter off).
 Held out, never sampled or trained on: HotpotQA questions 150..199 (50, all the sample has) and the 60 DB Bench
 dev tasks.
 
@@ -23,6 +24,7 @@ Written to ``runs/learning_rl/``: ``learning_rl.json`` (everything, per-item out
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -59,38 +61,79 @@ def outcomes(out: Path, name: str, key: str) -> dict[str, float]:
             for t in read_jsonl(out / "eval" / name / "trajectories.jsonl")}
 
 
-def grpo_table(preset: dict, env: str, sizes: dict, adapter: str, sample_dir: Path) -> dict:
-    """Return the ``[grpo]`` table of one environment's filtered run: [grpo] (+ [grpo_sql]) with the SFT adapter,
-    the kept items, a validation slice at the end of the training pool (eval_offset), KL logged (beta)."""
-    table = dict(preset["grpo"])
-    if env == "sql":
-        table.update(preset.get("grpo_sql") or {})
-    n_train = table["train_questions"]
-    table.update(name=f"rl_grpo_{env}", adapter=adapter, items=str(sample_dir), max_steps=sizes["grpo_steps"],
-                 batch_size=sizes["grpo_batch"], grad_accum=sizes["grpo_accum"],
-                 num_generations=sizes["grpo_generations"], beta=sizes["grpo_beta"],
-                 eval_questions=sizes["val"], eval_offset=n_train - sizes["val"], eval_every=sizes["eval_every"],
-                 skip_equal_groups=True)
+def grpo_layer(env: str, sizes: dict, adapter: str, quick: bool) -> dict:
+    """Return the ``[grpo]`` layer of one environment's filtered run: the SFT adapter, KL logged (beta), equal-reward
+    groups skipped, a validation slice at the end of the training pool (``[grpo.<env>] validation``: never sampled or
+    trained on, evaluated every ``eval_every`` steps by :func:`validation_eval`, not by GRPO's held-out evaluation);
+    for SQL the trainer values of its shorter episodes (benchmarks/learning.py's SQL_RUN) under this run's name."""
+    from learning import SQL_RUN
+
+    table: dict = {**(SQL_RUN if env == "sql" else {"env": env}), "name": f"rl_grpo_{env}", "adapter": adapter,
+                   "max_steps": sizes["grpo_steps"], "per_device_train_batch_size": sizes["grpo_batch"],
+                   "gradient_accumulation_steps": sizes["grpo_accum"], "num_generations": sizes["grpo_generations"],
+                   "beta": sizes["grpo_beta"], "eval_questions": 0, "eval_every": sizes["eval_every"],
+                   "skip_equal_groups": True, env: {"validation": sizes["val"]}}
+    if quick:  # the training pool --quick's SFT demonstrations cover: 20 search questions, 14 SQL tasks
+        table[env]["train"] = {"search": 20, "sql": 14}[env] - sizes["val"]
     return table
 
 
-def run_env_methods(preset: dict, env: str, sizes: dict, sft_adapter: str, runs: Path, timed) -> dict:
+def validation_eval(preset, settings, rows: list[dict], out: Path, evals: list):
+    """Return a TrainerCallback that runs the agent with the current policy (agentrl.train.grpo_eval.agent_eval, the
+    environment as GRPO trains it, ``[eval.run]``'s batch) on the validation ``rows`` every ``settings.eval_every``
+    steps and after the last one, appending each evaluation to ``evals`` (written to ``out/validation_evals.json``;
+    trajectories under ``out/eval/step_<n>/``)."""
+    from transformers import TrainerCallback
+
+    from agentrl.core.io import write_json
+    from agentrl.train.grpo import build_task
+    from agentrl.train.grpo_eval import agent_eval
+
+    task = build_task(settings, preset.data)
+
+    class Validation(TrainerCallback):
+        def run(self, state, model, tokenizer) -> None:
+            if not rows or (evals and evals[-1]["step"] == state.global_step):
+                return
+            m = agent_eval(model, tokenizer, settings, task, preset.data, out / "eval", state.global_step, rows,
+                           None, preset.eval().run)
+            if m is not None:
+                evals.append(m)
+                write_json(out / "validation_evals.json", evals)
+
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            if settings.eval_every and state.global_step % settings.eval_every == 0:
+                self.run(state, model, processing_class)
+
+        def on_train_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            self.run(state, model, processing_class)
+
+    return Validation()
+
+
+def run_env_methods(preset, env: str, sizes: dict, sft_adapter: str, runs: Path, timed, quick: bool) -> dict:
     """Sample, then GRPO (filtered), DPO and RFT for ``env``; return per method its adapter (or why it did not
     run) and its curves."""
     from agentrl.core.io import DataError
     from agentrl.data.pairs import export_pairs, export_successes
-    from agentrl.train.dpo import dpo_config, run_dpo
-    from agentrl.train.grpo import grpo_config, run_grpo
-    from agentrl.train.sample import run_sample, sample_config, summary_line
-    from agentrl.train.sft import run_sft, sft_config
+    from agentrl.envs import registry
+    from agentrl.train.dpo import run_dpo
+    from agentrl.train.grpo import run_grpo
+    from agentrl.train.sample import run_sample, summary_line
+    from agentrl.train.sft import run_sft
 
     res: dict = {}
-    base_grpo = grpo_table(preset, env, sizes, sft_adapter, runs / "sample" / f"rl_{env}")
-    p = {**preset, "grpo": base_grpo, "grpo_sql": {}}  # [grpo_sql] is merged in already; again, it renames the run
+    sample_dir = runs / "sample" / f"rl_{env}"
     key, minimum = sizes["success"] or (success_key(env), 1.0)
-    cfg = sample_config(p, name=f"rl_{env}", k=sizes["k"], items=sizes["sample_items"],
-                        max_new_tokens=sizes["sample_new_tokens"], success_key=key, success_min=minimum)
-    sample = timed(f"sample {env}", run_sample, cfg, p, runs=runs)
+    p = preset.with_layer({"grpo": grpo_layer(env, sizes, sft_adapter, quick),
+                           "sample": {"name": f"rl_{env}", "k": sizes["k"], "items": sizes["sample_items"],
+                                      "max_new_tokens": sizes["sample_new_tokens"], "success_key": key,
+                                      "success_min": minimum},
+                           "dpo": {"name": f"rl_dpo_{env}", "data": str(sample_dir), "adapter": sft_adapter,
+                                   "max_steps": sizes["dpo_steps"]}},
+                          f"benchmarks/learning_rl.py ({env})")
+    gate, grpo_settings, cfg = p.heldout, p.grpo(), p.sample()
+    sample = timed(f"sample {env}", run_sample, cfg, grpo_settings, gate, p.data, runs=runs, source=p.describe())
     print(summary_line(sample, cfg.k), flush=True)
     res["sample"] = {"counts": sample["counts"], "kept": sample["kept"]}
     sample_dir = sample["out"]
@@ -110,24 +153,27 @@ def run_env_methods(preset: dict, env: str, sizes: dict, sft_adapter: str, runs:
         return None
 
     def grpo():
-        r = run_grpo(grpo_config(p), p, runs=runs, overwrite=True)
+        settings = dataclasses.replace(grpo_settings, items=str(sample_dir))  # the items the difficulty filter kept
+        spec = registry.get(settings.env)
+        val = registry.split_rows(spec, "validation", settings.env_settings, p.data)
+        evals: list = []
+        r = run_grpo(settings, gate, p.data, runs=runs, overwrite=True, eval_run=p.eval().run, source=p.describe(),
+                     callbacks=[validation_eval(p, settings, val, runs / "grpo" / settings.name, evals)])
         m = r.metrics
-        res["grpo"] = {"adapter": str(r.out / "adapter"), "history": m["history"], "evals": m.get("evals", []),
-                       "train_rows": m["train_rows"]}
+        res["grpo"] = {"adapter": str(r.out / "adapter"), "history": m["history"], "evals": evals,
+                       "validation_ids": [str(v["id"]) for v in val], "train_rows": m["train_rows"]}
 
     def dpo():
-        res["dpo_pairs"] = export_pairs(sample_dir)
-        table = {**(preset.get("dpo") or {}), "name": f"rl_dpo_{env}", "data": str(sample_dir),
-                 "adapter": sft_adapter, "max_steps": sizes["dpo_steps"]}
-        m = run_dpo(dpo_config({**preset, "dpo": table}), runs=runs)
+        res["dpo_pairs"] = export_pairs(sample_dir, gate)
+        m = run_dpo(p.dpo(), gate, runs=runs, source=p.describe())
         res["dpo"] = {"adapter": str(m["out"] / "adapter"), "history": m["history"], "counts": m["counts"]}
 
     def rft():
-        res["rft_data"] = export_successes(sample_dir)
-        cfg = sft_config(preset, name=f"rl_rft_{env}", data=str(sample_dir / "successes"),
-                         max_steps=sizes["rft_steps"], check_questions=0)
-        cfg.adapter = sft_adapter
-        r = run_sft(cfg, preset, runs=runs, overwrite=True)
+        res["rft_data"] = export_successes(sample_dir, gate)
+        q = p.with_layer({"sft": {"name": f"rl_rft_{env}", "data": str(sample_dir / "successes"),
+                                  "adapter": sft_adapter, "max_steps": sizes["rft_steps"], "check_questions": 0}},
+                         f"benchmarks/learning_rl.py (RFT {env})")
+        r = run_sft(q.sft(), q.heldout, None, q.data, runs=runs, overwrite=True, source=q.describe())
         res["rft"] = {"adapter": str(r.out / "adapter"), "loss": r.metrics["loss"],
                       "rows": r.metrics["counts"].get("rows")}
 
@@ -274,17 +320,15 @@ def main(argv: list[str] | None = None) -> int:
     preset = load(args.config)  # checked whole: a misspelt key stops before an hour of training
     sizes = QUICK if args.quick else FULL
     runs = out / "runs"
-    if args.quick:
-        preset["demo"]["train_questions"] = 20
-        preset["grpo"]["train_questions"] = 20
-        preset.setdefault("grpo_sql", {})["train_questions"] = 14
     start, load = time.perf_counter(), round(os.getloadavg()[0], 1)  # other work on the machine, before ours
     timed = Phases()
-    new_tokens = preset["eval"]["local"]["max_new_tokens"]
-    timed("prepare model", lambda: {"model": ensure_model(preset["sft"]["model"]["name"])})
-    timed("corpus + index", lambda: {"index": str(corpus_and_index(preset, progress=False).index_dir)})
+    new_tokens = preset.eval().local.max_new_tokens
+    timed("prepare model", lambda: {"model": ensure_model(preset.sft().model.name)})
+    timed("corpus + index", lambda: {"index": str(corpus_and_index(preset.settings("corpus"), preset.settings("index"),
+                                                                   progress=False).index_dir)})
     held = heldout(preset, sizes["heldout"]["search"], sizes["heldout"]["sql"])
-    timed("oracle demos + curation", demonstrations, preset, runs, 14 if args.quick else None)
+    timed("oracle demos + curation", demonstrations, preset, runs, 20 if args.quick else None,
+          14 if args.quick else None)
     table: dict = {env: {} for env in ENVS}
     per_item: dict = {env: {} for env in ENVS}
 
@@ -299,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     timed("eval base", eval_model, "base", {env: None for env in ENVS})
     sft = timed("sft", run_sft_phase, preset, runs, args.quick)
     timed("eval sft", eval_model, "sft", {env: sft["adapter"] for env in ENVS})
-    methods = {env: run_env_methods(preset, env, sizes, sft["adapter"], runs, timed) for env in ENVS}
+    methods = {env: run_env_methods(preset, env, sizes, sft["adapter"], runs, timed, args.quick)
+               for env in ENVS}
     for m in METHODS:
         timed(f"eval {m}", eval_model, m, {env: methods[env][m]["adapter"] for env in ENVS
                                           if methods[env][m]["adapter"] is not None})

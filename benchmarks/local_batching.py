@@ -21,19 +21,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(preset: dict, model, tok, rows: list[dict], max_batch: int, max_new_tokens: int, out: Path) -> dict:
+def run(preset, model, tok, rows: list[dict], max_batch: int, max_new_tokens: int, out: Path) -> dict:
     """Run the episodes with one batching setting; return its throughput figures."""
+    from dataclasses import replace
+
     from agentrl.core.io import iter_jsonl
-    from agentrl.rollout.evaluate import eval_config, run_eval
+    from agentrl.rollout.evaluate import run_eval, variant
     from agentrl.rollout.local import LocalConfig, LocalPolicy
 
-    cfg = eval_config(preset, name=f"batch{max_batch}", policy="local", concurrency=len(rows))
-    cfg.run.progress = False
-    cfg.run.item_timeout = 7200.0  # one at a time, the last episode waits for all others: no timeout for that
+    ev = preset.eval()
+    # one at a time, the last episode waits for all others: no timeout for that
+    cfg = variant(ev, name=f"batch{max_batch}", policy="local",
+                  run=replace(ev.run, concurrency=len(rows), progress=False, item_timeout=7200.0))
     policy = LocalPolicy(LocalConfig(model=str(model), max_new_tokens=max_new_tokens, max_batch=max_batch),
                          model=model, tokenizer=tok)
     t = time.perf_counter()
-    m = run_eval(cfg, preset, rows=rows, overwrite=True, policy=policy, out_dir=out / f"batch{max_batch}")
+    m = run_eval(cfg, preset.data, rows=rows, overwrite=True, policy=policy, out_dir=out / f"batch{max_batch}")
     seconds = time.perf_counter() - t
     tokens = sum(rec["usage"]["completion_tokens"] or 0
                  for _, rec in iter_jsonl(out / f"batch{max_batch}" / "trajectories.jsonl"))
@@ -53,18 +56,19 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.chdir(ROOT)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from agentrl.core.config import load_preset
+    from agentrl.app.presets import load
     from agentrl.core.io import write_json
     from agentrl.data.pipeline import corpus_and_index
-    from agentrl.rollout.evaluate import eval_config, load_rows
+    from agentrl.rollout.evaluate import load_rows, variant
     from agentrl.rollout.local import load_inference_model
     from agentrl.train.smol import ensure_model
 
-    preset = load_preset(args.config)
-    corpus_and_index(preset, progress=False)
+    preset = load(args.config)
+    corpus_and_index(preset.settings("corpus"), preset.settings("index"), progress=False)
     model, tok = load_inference_model(ensure_model(args.model))
-    start = preset.get("demo", {}).get("train_questions", 0)
-    rows = load_rows(eval_config(preset, offset=start, limit=args.episodes), preset)
+    # the first held-out questions of the search environment ([eval.search] heldout: the last of the QA file)
+    rows = load_rows(variant(preset.eval(), env="search", split="heldout", qa=None, offset=0, limit=args.episodes),
+                     preset.data)
     out = Path("runs/benchmarks/local_batching")
     one = run(preset, model, tok, rows, 1, args.max_new_tokens, out)
     batched = run(preset, model, tok, rows, args.episodes, args.max_new_tokens, out)

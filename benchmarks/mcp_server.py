@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from _util import cpu_seconds, free_port
+from _util import cpu_seconds, free_port, preset_index
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl"
@@ -233,11 +233,9 @@ def main() -> None:
         uvicorn.run(bare_app(args.index), host="127.0.0.1", port=args.serve_bare, log_level="warning",
                     access_log=False)
         return
-    from agentrl.core.config import load_preset
     from agentrl.data.corpus import load_qa
-    from agentrl.data.pipeline import corpus_and_index
 
-    index = Path(args.index) if args.index else corpus_and_index(load_preset("demo"), runs=ROOT / "runs").index_dir
+    index = Path(args.index) if args.index else preset_index("demo", ROOT / "runs")
     queries = [r["question"] for r in load_qa(SAMPLE)]
     results: dict = {"clients": args.clients, "calls_per_client": args.calls}
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _util import cpu_seconds
+from _util import cpu_seconds, preset_index
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl"
@@ -41,10 +41,7 @@ SAMPLE = ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl"
 
 def sample_index() -> Path:
     """Return the demo preset's sample index, building it (about a minute of embedding) if needed."""
-    from agentrl.core.config import load_preset
-    from agentrl.data.pipeline import corpus_and_index
-
-    return corpus_and_index(load_preset("demo"), runs=ROOT / "runs", progress=False).index_dir
+    return preset_index("demo", ROOT / "runs", progress=False)
 
 
 # ----------------------------------------------------------------------------- quality

@@ -22,26 +22,38 @@ from pathlib import Path
 def learn(root: Path, games: int = 40, steps: int = 150, check: int = 4) -> dict:
     """Run oracle play → curation → export → LoRA SFT of the tiny model under ``root``; return the SFT metrics
     (``check`` holds the base and SFT inference checks on dev-fold games, ``loss`` the logged losses)."""
+    from agentrl.core.heldout import HeldOut
     from agentrl.data.curate import CurateConfig, curate
     from agentrl.data.export import export
+    from agentrl.envs import registry
+    from agentrl.envs.textgame import TextGameSettings
     from agentrl.rollout.evaluate import EvalConfig, run_eval
     from agentrl.rollout.runner import RunConfig
-    from agentrl.train.models import LoraSettings, ModelConfig
-    from agentrl.train.sft import SFTSettings, run_sft
+    from agentrl.train.configs import SFTSettings
+    from agentrl.train.sft import run_sft
     from agentrl.train.tiny import build_tiny_model
 
     tiny = build_tiny_model(root / "tiny", data_dir=Path(__file__).resolve().parents[1] / "data" / "samples")
-    cfg = EvalConfig(name="tg_oracle", env="textgame", qa="train", limit=games, policy="oracle",
-                     run=RunConfig(progress=False, max_turns=20))
+    # the oracle on the first ``games`` train-fold games, 20 turns an episode (a gold path is 7+ actions)
+    cfg = EvalConfig(name="tg_oracle", env="textgame", split="train", limit=games, policy="oracle",
+                     run=RunConfig(progress=False), envs={"textgame": TextGameSettings(train=games, max_turns=20)})
     run_eval(cfg, runs=root, overwrite=True)
-    curate([root / "eval" / "tg_oracle"], CurateConfig(val_fraction=0.1), root / "data")
+    # the check: the first dev-fold games (the env's heldout split, the text game's default turn budget); they are this
+    # run's held-out set, which curation and SFT drop (a text game's question is a generated description: ids only)
+    check_cfg = EvalConfig(name="tg_check", env="textgame", envs={"textgame": TextGameSettings()})
+    held = registry.split_rows(registry.get("textgame"), "heldout", check_cfg.env_settings)
+    gate = HeldOut.of(held, by_question=lambda r: False, source="the check's dev-fold games")
+    curate([root / "eval" / "tg_oracle"], CurateConfig(val_fraction=0.1), root / "data", gate)
     export(root / "data", ["trl"])
-    settings = SFTSettings(name="tg", data=str(root / "data"), max_steps=steps, learning_rate=2e-3,
-                           lr_scheduler="constant", warmup=0.0, batch_size=4, grad_accum=1, max_length=3072,
-                           logging_steps=20, report_to=[], check_questions=check, check_offset=0,
-                           check_max_new_tokens=64,
-                           model=ModelConfig(name=str(tiny), lora=LoraSettings(r=32, alpha=64, dropout=0.0)))
-    return run_sft(settings, {"eval": {"env": "textgame", "qa": "dev", "run": {"max_turns": 6}}}, runs=root).metrics
+    settings = SFTSettings.of(name="tg", data=str(root / "data"), max_steps=steps, learning_rate=2e-3,
+                              lr_scheduler_type="constant", warmup_steps=0.0, optim="adamw_torch",
+                              per_device_train_batch_size=4, per_device_eval_batch_size=4,
+                              gradient_accumulation_steps=1, gradient_checkpointing=False, max_length=3072,
+                              logging_steps=20, logging_first_step=True, save_strategy="no", report_to=[],
+                              check_questions=check,
+                              check_max_new_tokens=64,
+                              model={"name": str(tiny), "lora": {"r": 32, "alpha": 64, "dropout": 0.0}})
+    return run_sft(settings, gate, check_cfg, None, runs=root).metrics
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -52,12 +52,13 @@ def _():
 
 @app.cell
 def _(build_button, preset, rebuild):
-    ready = (corpus_paths(preset)[1] / "index.json").exists()
+    ready = (corpus_paths(preset.data)[1] / "index.json").exists()
     mo.stop(nb.interactive() and not (ready or build_button.value),
             mo.md("Press **Build corpus + index** to start (about a minute of embedding on CPU)."))
     quiet_library_output()  # the spinner says what runs; no "Loading weights" bar from the embedder
     with mo.status.spinner("Building corpus and index (about a minute of embedding on CPU)…"):
-        run = corpus_and_index(preset, rebuild=rebuild or build_button.value)
+        run = corpus_and_index(preset.settings("corpus"), preset.settings("index"),
+                               rebuild=rebuild or build_button.value)
     mo.md(f"Index: `{run.index_dir}` ({'built now' if run.built else 'reused'})")
     return (run,)
 
@@ -79,7 +80,7 @@ def _(eval_button, preset, run):
                   "(about 30 s on CPU)."))
     if eval_button.value or not _fresh:
         with mo.status.spinner("Evaluating retrieval…"):
-            report = run_retrieval_eval(run.index_dir, eval_qa_path(preset))
+            report = run_retrieval_eval(run.index_dir, eval_qa_path(preset.data))
     else:
         report = read_json(_saved)
     s = report["summary"]

@@ -12,7 +12,7 @@ with app.setup:
     from agentrl.app import notebook as nb
     from agentrl.app.viewer import chat_markdown, metric_by_type_chart, metric_notes, trajectories_frame
     from agentrl.core.io import read_json, read_jsonl
-    from agentrl.rollout.evaluate import build_task, eval_config, run_eval
+    from agentrl.rollout.evaluate import build_task, load_rows, run_eval
 
     nb.use_repo_root()
 
@@ -40,12 +40,10 @@ def _():
 def _():
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
-    defaults = preset.get("eval", {})
-    # the demo keeps its last questions out of the oracle run: they are the SFT check's held-out set
-    default_limit = defaults.get("limit") or (preset.get("demo") or {}).get("train_questions") or 200
-    env = nb.env_dropdown(args, default=defaults.get("env"))
-    policy = mo.ui.dropdown(["oracle", "endpoint", "local"],
-                            value=nb.arg(args, "policy", defaults.get("policy", "oracle")), label="policy")
+    defaults = preset.eval()
+    env = nb.env_dropdown(args, default=defaults.env)
+    policy = mo.ui.dropdown(["oracle", "endpoint", "local"], value=nb.arg(args, "policy", defaults.policy),
+                            label="policy")
     base_url = mo.ui.text(value=nb.arg(args, "base_url", ""), label="base URL", placeholder="http://localhost:8000/v1")
     model = mo.ui.text(value=nb.arg(args, "model", ""), label="model", placeholder="Qwen/Qwen3-4B-Instruct-2507")
     local_model = mo.ui.dropdown(nb.MODEL_CHOICES, value="preset's model", label="local model")
@@ -54,8 +52,9 @@ def _():
     max_tokens = mo.ui.number(start=16, stop=32_768, value=nb.arg(args, "max_tokens", 1024), label="max tokens")
     extra_body = mo.ui.text(value=nb.arg(args, "extra_body", ""), label="extra_body (JSON)",
                             placeholder='{"chat_template_kwargs": {"enable_thinking": false}}')
-    limit = mo.ui.number(start=1, stop=100_000, value=nb.arg(args, "limit", default_limit), label="questions")
-    name = mo.ui.text(value=nb.arg(args, "name", defaults.get("name", "eval")), label="run name")
+    limit = mo.ui.number(start=0, stop=100_000, value=nb.arg(args, "limit", defaults.limit or 0),
+                         label="questions (0: every row of the split)")
+    name = mo.ui.text(value=nb.arg(args, "name", defaults.name), label="run name")
     run_button = mo.ui.run_button(label="Run evaluation")
     print(which.replace("**", ""))
     mo.vstack([mo.md(which), mo.hstack([env, policy, name, limit]), mo.hstack([base_url, model, local_model]),
@@ -69,11 +68,17 @@ def _():
 def _(args, base_url, env, extra_body, limit, local_model, max_tokens, model, name, policy, preset, temperature):
     # the preset's run name with another policy becomes that policy's own (never the oracle's results for "local")
     _name = nb.run_name(preset, env.value, policy.value, name.value)
-    cfg = eval_config(preset, env=env.value, policy=policy.value, name=_name, limit=int(limit.value),
-                      model_path=nb.prepared_model(local_model.value) if policy.value == "local" else None,
-                      base_url=base_url.value or None, model=model.value or None,
-                      temperature=float(temperature.value), max_tokens=int(max_tokens.value),
-                      extra_body=extra_body.value or None)
+    # the form is the last layer of the preset's merge: checked like a preset value, recorded in the manifest
+    _endpoint = {"temperature": float(temperature.value), "max_tokens": int(max_tokens.value),
+                 **({"base_url": base_url.value} if base_url.value else {}),
+                 **({"model": model.value} if model.value else {}),
+                 **({"extra_body": nb.json_value(extra_body.value)} if extra_body.value else {})}
+    _local = {"model": nb.prepared_model(local_model.value)} if policy.value == "local" and local_model.value else {}
+    _form = {"eval": {"env": env.value, "policy": policy.value, "name": _name, "endpoint": _endpoint,
+                      **({"limit": int(limit.value)} if limit.value else {}), **({"local": _local} if _local else {})}}
+    cfg = preset.with_layer(_form, "the notebook's form").eval()
+    if cfg.policy == "oracle" and cfg.env == nb.default_env() and not nb.arg(args, "split", None):
+        cfg = nb.oracle_config(preset, name=cfg.name, limit=cfg.limit)  # demonstrations: the training questions
     _note = ""
     if cfg.policy == "endpoint" and not nb.endpoint_up(cfg.endpoint.base_url):
         _where = (f"No server answers at `{cfg.endpoint.base_url}`" if cfg.endpoint.base_url
@@ -82,10 +87,10 @@ def _(args, base_url, env, extra_body, limit, local_model, max_tokens, model, na
                  f"`{nb.serve_command(cfg.endpoint.model)}`" + ("" if cfg.endpoint.model else " (type its name above)"))
         # only the preset's own default falls back to the oracle (the demonstrations phase 02 curates); a policy
         # chosen here or with --policy stops with the note
-        if "policy" not in args and policy.value == (preset.get("eval") or {}).get("policy", "oracle"):
+        if "policy" not in args and policy.value == preset.eval().policy:
             _pipeline = cfg.env == nb.default_env()  # the corpus -> SFT pipeline's own oracle run
-            cfg = nb.oracle_config(preset, env=cfg.env, name=None if _pipeline else f"{cfg.env}_oracle",
-                                   limit=None if _pipeline else cfg.limit)
+            cfg = (nb.oracle_config(preset) if _pipeline
+                   else replace(cfg, name=f"{cfg.env}_oracle", policy="oracle"))
             _note += f". Meanwhile this runs the **oracle** (gold evidence through the real tools) as `{cfg.name}`."
         else:
             nb.stop(_note + ".")
@@ -102,13 +107,14 @@ def _(cfg, preset, run_button):
     if run_button.value or not nb.interactive():
         _inputs = nb.phase_inputs(preset, "eval", env=cfg.env)  # a fresh runtime: the corpus index first
         # in chunks, so the table fills in as trajectories arrive (each chunk resumes the run)
-        _step = max(2 * cfg.run.concurrency, 50) if nb.interactive() else cfg.limit
-        _task = build_task(cfg, preset)  # the retriever is loaded once, not per chunk
-        for _n in range(_step, cfg.limit + _step, _step):
-            run_eval(replace(cfg, limit=min(_n, cfg.limit)), preset, resume=True, task=_task)
+        _total = len(load_rows(cfg, preset.data))
+        _step = max(2 * cfg.run.concurrency, 50) if nb.interactive() else _total
+        _task = build_task(cfg, preset.data)  # the retriever is loaded once, not per chunk
+        for _n in range(_step, _total + _step, _step):
+            run_eval(replace(cfg, limit=min(_n, _total)), preset.data, resume=True, task=_task)
             if nb.interactive():
                 _sofar = read_jsonl(out_dir / "trajectories.jsonl")
-                mo.output.replace(mo.vstack([mo.md(f"{len(_sofar)} / {cfg.limit} questions done…"),
+                mo.output.replace(mo.vstack([mo.md(f"{len(_sofar)} / {_total} questions done…"),
                                              mo.ui.table(trajectories_frame(_sofar), page_size=5)]))
     records = read_jsonl(out_dir / "trajectories.jsonl")
     overall = read_json(out_dir / "metrics.json")["overall"]

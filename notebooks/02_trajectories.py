@@ -11,7 +11,6 @@ with app.setup:
 
     from agentrl.app import notebook as nb
     from agentrl.app.viewer import chat_markdown
-    from agentrl.data.curate import data_config
     from agentrl.data.export import FORMATS
     from agentrl.data.stats import charts, compute_stats, stats_markdown
     from agentrl.data.trajectories import read_trajectory, trajectory_frame
@@ -115,7 +114,7 @@ def _():
 
 @app.cell
 def _(curate_button, env_pick, preset, runs):
-    cfg = data_config(preset)
+    cfg = preset.curate()
     # the search pipeline's data keeps the preset's name (03 trains on it); another environment's gets its own
     out = Path("runs") / "data" / (cfg.name if env_pick.value == nb.default_env() else f"{cfg.name}_{env_pick.value}")
     mo.stop(nb.interactive() and not curate_button.value,

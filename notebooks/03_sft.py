@@ -54,10 +54,12 @@ def _(model_pick):
 
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
-    # --max_steps / --name on the command line: the form's defaults (the preset's values otherwise)
-    cli = {k: nb.arg(args, k, None) for k in ("max_steps", "name") if k in args}
+    # --max_steps / --name on the command line and the model picked: a layer under the form's (the preset otherwise)
     model_name = nb.prepared_model(model_pick.value)
-    defaults = sft.sft_config(hparams.apply(preset, "sft", cli), model_name=model_name)
+    cli = {**{k: nb.arg(args, k, None) for k in ("max_steps", "name") if k in args},
+           **({"model": {"name": model_name}} if model_name else {})}
+    preset = preset.with_layer({"sft": cli}, "the notebook's command line") if cli else preset
+    defaults = preset.sft()
     backend, reason = choose_backend(defaults.model.backend)
     print(which.replace("**", ""), f"backend {backend} ({reason})")
     mo.md(f"""
@@ -68,7 +70,7 @@ def _(model_pick):
     {which} · torch {torch.__version__} · CUDA available: **{torch.cuda.is_available()}** · unsloth installed:
     **{importlib.util.find_spec("unsloth") is not None}** → backend **{backend}** ({reason})
     """)
-    return args, cli, defaults, model_name, preset
+    return args, defaults, preset
 
 
 @app.cell
@@ -80,34 +82,36 @@ def _(defaults):
 
 
 @app.cell
-def _(cli, defaults, hp, model_name, preset):
+def _(defaults, hp, preset):
+    # the form's changes are the last layer of the preset's merge: checked like any preset value, then built once
     _changes = hparams.overrides(hp.value, defaults)
-    settings = sft.sft_config(hparams.apply(preset, "sft", {**cli, **_changes}), model_name=model_name)
+    run_preset = preset.with_layer({"sft": _changes}, "the notebook's form") if _changes else preset
+    settings = run_preset.sft()
     mo.md(f"Changed from the preset: `{_changes}`" if _changes else "")
-    return (settings,)
+    return run_preset, settings
 
 
 @app.cell
 def _(settings):
     load_button = mo.ui.run_button(label="Load model + data")
-    mo.vstack([mo.md(f"## 2 · Model and data\n`{settings.model.name}` with LoRA r={settings.model.lora.r}, "
-                     f"alpha={settings.model.lora.alpha}; data `{settings.data}`"), load_button])
+    mo.vstack([mo.md(f"## 2 · Model and data\n`{settings.model.name}` with LoRA r={settings.model.lora.rank}, "
+                     f"alpha={settings.model.lora.scale}; data `{settings.data}`"), load_button])
     return (load_button,)
 
 
 @app.cell
-def _(load_button, preset, settings):
+def _(load_button, run_preset, settings):
     mo.stop(nb.interactive() and not load_button.value,
             mo.md("Press **Load model + data** (on a fresh runtime this first builds the corpus, the oracle's "
                   "demonstrations and the curated data)."))
-    inputs = nb.phase_inputs(preset, "sft")  # a fresh runtime: the earlier phases' outputs, built here
+    inputs = nb.phase_inputs(run_preset, "sft")  # a fresh runtime: the earlier phases' outputs, built here
     if inputs.missing:
         nb.stop(inputs.missing)
     loaded = sft.load_model(settings)
     trainable = sum(p.numel() for p in loaded.model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in loaded.model.parameters())
     print(inputs, f"model {settings.model.name} on {loaded.backend}: {trainable:,} trainable of {total:,} parameters")
-    data = sft.load_data(settings, loaded.tokenizer)
+    data = sft.load_data(settings, loaded.tokenizer, run_preset.heldout)  # the preset's held-out items dropped
     print(f"data {data.train_path}: {data.counts}")
     _row = data.train[0]
     mo.vstack([mo.md(f"`{settings.model.name}` on **{loaded.backend}** · {trainable:,} trainable of {total:,} "
@@ -129,21 +133,24 @@ def _(args, data, loaded, settings, train_button):
     out = Path("runs") / "sft" / settings.name
     mo.stop(nb.interactive() and not train_button.value,
             mo.md(f"Press **Train** ({settings.max_steps} steps, lr {settings.learning_rate})."))
-    trainer = sft.make_trainer(settings, loaded, data, out)
+    trainer = sft.make_trainer(settings, loaded, data, sft.build_args(settings, data, out, loaded.backend))
     metrics = sft.train(trainer, loaded, data, resume=nb.arg(args, "resume", False),
                         overwrite=nb.arg(args, "overwrite", False))
     sft.save_adapter(trainer.model, loaded.tokenizer, out, settings)
-    loss = pl.DataFrame(metrics["loss"])
-    print(f"loss {loss['loss'][0]:.3f} -> {loss['loss'][-1]:.3f} over {metrics['steps']} steps")
-    alt.Chart(loss).mark_line(point=True).encode(x="step", y="loss").properties(title="training loss")
+    sft.print_sft_summary(metrics, out)
+    _loss = pl.DataFrame(metrics["loss"]) if metrics["loss"] else None
+    (alt.Chart(_loss).mark_line(point=True).encode(x="step", y="loss").properties(title="training loss")
+     if _loss is not None else mo.md(f"No loss logged: {metrics['steps']} steps, `logging_steps` "
+                                     f"{settings.logging_steps}."))
     return metrics, out
 
 
 @app.cell
-def _(loaded, metrics, out, preset, settings):
-    check = sft.inference_check(loaded.model, loaded.tokenizer, settings, preset, out / "check")
+def _(data, loaded, metrics, out, run_preset, settings):
+    check = (sft.inference_check(loaded.model, loaded.tokenizer, settings, run_preset.eval(), run_preset.data,
+                                 out / "check") if settings.check_questions > 0 else {})
     metrics["check"] = check
-    sft.write_run(out, settings, metrics, Path(settings.data))
+    sft.write_run(out, settings, metrics, data, run_preset.heldout, run_preset.describe())
     table = pl.DataFrame([{"model": k, **{m: v for m, v in c.items() if m != "finish"}} for k, c in check.items()])
     print(table)
     _traj = read_jsonl(out / "check" / "sft" / "trajectories.jsonl")[0] if check else None
@@ -157,8 +164,8 @@ def _(loaded, metrics, out, preset, settings):
 def _(settings):
     merge_button = mo.ui.run_button(label="Merge to 16-bit")
     mo.vstack([mo.md(f"## 6 · Save\nThe adapter is in `runs/sft/{settings.name}/adapter` (LoRA r "
-                     f"{settings.model.lora.r}). Merge it for serving without `--enable-lora --max-lora-rank "
-                     f"{max(16, settings.model.lora.r)}` (see docs/colab.md)."), merge_button])
+                     f"{settings.model.lora.rank}). Merge it for serving without `--enable-lora --max-lora-rank "
+                     f"{max(16, settings.model.lora.rank)}` (see docs/colab.md)."), merge_button])
     return (merge_button,)
 
 

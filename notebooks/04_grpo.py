@@ -12,6 +12,7 @@ with app.setup:
     from agentrl.app.viewer import chat_markdown
     from agentrl.envs.base import tool_methods
     from agentrl.train import grpo
+    from agentrl.train.grpo_report import print_grpo_summary, reward_chart
 
     nb.use_repo_root()
 
@@ -40,7 +41,7 @@ def _():
     args = nb.cli_args()
     preset, which = nb.choose_preset(args)
     # --env search|sql|textgame|math|code|mixed preselects the task family (mixed: the preset's mixture)
-    env_pick = nb.env_dropdown(args, nb.env_choices(evaluable=None), default=grpo.grpo_config(preset).env)
+    env_pick = nb.env_dropdown(args, nb.env_choices(evaluable=None), default=preset.grpo().env)
     model_pick = nb.model_dropdown(args)
     mo.vstack([mo.md(which), mo.hstack([env_pick, model_pick])])
     return args, env_pick, model_pick, preset, which
@@ -69,26 +70,33 @@ def _(env_pick, prepare_button, preset, which):
 
 @app.cell
 def _(args, env_pick, model_pick, preset):
-    # the form's defaults: the preset (and --max_steps / --name); [grpo_<env>] is the table applied last for an env
-    section = f"grpo_{env_pick.value}"
-    cli = {k: nb.arg(args, k, None) for k in ("max_steps", "name") if k in args}
-    defaults = grpo.grpo_config(hparams.apply(preset, section, cli), env=env_pick.value,
-                                model_name=nb.prepared_model(model_pick.value))
+    # the form's defaults: the preset with --max_steps / --name, the environment and the model picked above (another
+    # environment than the preset's trains as <name>_<env>, with its [grpo.<env>] table)
+    _model = nb.prepared_model(model_pick.value)
+    _table = preset.grpo()
+    cli = {**{k: nb.arg(args, k, None) for k in ("max_steps", "name") if k in args}, "env": env_pick.value,
+           **({"model": {"name": _model}} if _model else {})}
+    if env_pick.value != _table.env and "name" not in cli:
+        cli["name"] = f"{_table.name}_{env_pick.value}"
+    picked = preset.with_layer({"grpo": cli}, "the notebook's pickers")
+    defaults = picked.grpo()
     hp = hparams.form("grpo", defaults)
     mo.vstack([mo.md("### Hyperparameters\nDefaults from the preset's `[grpo]` table; what you change here is "
                      "applied to it before validation and recorded in the run's `manifest.json`."), hp])
-    return cli, defaults, hp, section
+    return defaults, hp, picked
 
 
 @app.cell
-def _(cli, defaults, env_pick, hp, inputs, model_pick, preset, section, which):
-    # another env than the preset's [grpo] one: its [grpo_<env>] table, else the env's default rewards
+def _(defaults, hp, inputs, model_pick, picked, which):
+    # the form's changes are the last layer of the preset's merge: the run's settings, built once
     _changes = hparams.overrides(hp.value, defaults)
-    settings = grpo.grpo_config(hparams.apply(preset, section, {**cli, **_changes}), env=env_pick.value,
-                                model_name=nb.prepared_model(model_pick.value))
-    settings.adapter = nb.adapter_for(settings.adapter, nb.prepared_model(model_pick.value))
-    task = grpo.build_task(settings, preset)
-    train_rows = grpo.split_rows(settings, preset)[0]
+    _adapter = nb.adapter_for(defaults.adapter, nb.prepared_model(model_pick.value))
+    if _adapter != defaults.adapter:  # another base model than the adapter's: a fresh LoRA
+        _changes["adapter"] = ""
+    run_preset = picked.with_layer({"grpo": _changes}, "the notebook's form") if _changes else picked
+    settings = run_preset.grpo()
+    task = grpo.build_task(settings, run_preset.data)
+    train_rows = grpo.train_rows(settings, run_preset.heldout, run_preset.data)
     env = task.make_env()
     mo.md(f"""
     ## 1 · Environment
@@ -98,7 +106,7 @@ def _(cli, defaults, env_pick, hp, inputs, model_pick, preset, section, which):
     {len(train_rows)} training items · start from `{settings.adapter or settings.model.name}`
     {f"· changed from the preset: `{_changes}`" if _changes else ""}
     """)
-    return settings, task, train_rows
+    return run_preset, settings, task, train_rows
 
 
 @app.cell
@@ -119,19 +127,21 @@ def _():
 
 
 @app.cell
-def _(args, preset, settings, train_button):
+def _(args, run_preset, settings, train_button):
     mo.stop(nb.interactive() and not train_button.value,
-            mo.md(f"Press **Train with GRPO** ({settings.max_steps} steps of {settings.batch_size} rollouts)."))
-    result = grpo.run_grpo(settings, preset, resume=nb.arg(args, "resume", False),
-                           overwrite=nb.arg(args, "overwrite", False))
-    grpo.print_grpo_summary(result.metrics, result.out)
+            mo.md(f"Press **Train with GRPO** ({settings.max_steps} steps of {settings.per_device_train_batch_size} "
+                  "rollouts)."))
+    result = grpo.run_grpo(settings, run_preset.heldout, run_preset.data, eval_run=run_preset.eval().run,
+                           resume=nb.arg(args, "resume", False), overwrite=nb.arg(args, "overwrite", False),
+                           source=run_preset.describe())
+    print_grpo_summary(result.metrics, result.out)
     return (result,)
 
 
 @app.cell
 def _(result):
     history = pl.DataFrame(result.metrics["history"])
-    mo.vstack([mo.md("## 4 · Curves"), grpo.reward_chart(result.metrics),
+    mo.vstack([mo.md("## 4 · Curves"), reward_chart(result.metrics),
                history.select([c for c in history.columns if c in ("step", "reward", "tools/call_frequency",
                                                                   "frac_reward_zero_std", "completions/mean_length")
                                or c.endswith(("/reward", "/success"))])])  # a mixture's families
@@ -176,7 +186,7 @@ def _(only, picked_runs):
 
 @app.cell
 def _(result, settings):
-    _rank = nb.adapter_rank(result.out / "adapter", settings.model.lora.r)
+    _rank = nb.adapter_rank(result.out / "adapter", settings.model.lora.rank)
     mo.md(f"""
     ## 7 · Save
     The adapter is in `{result.out / "adapter"}` (LoRA r {_rank}). Serve it with

@@ -10,7 +10,7 @@ with app.setup:
     from agentrl.app import notebook as nb
     from agentrl.core.io import DataError, read_jsonl
     from agentrl.data import pairs
-    from agentrl.train import dpo, rft, sample, sft
+    from agentrl.train import dpo, sample, sft
 
     nb.use_repo_root()
 
@@ -50,7 +50,7 @@ def _(preset, which):
         nb.stop(inputs.missing)
     if not preset.get("dpo") or not preset.get("rft"):
         nb.stop("This preset has no [dpo] / [rft] table (see configs/demo.toml).")
-    settings = sample.sample_config(preset)
+    settings = preset.sample()
     sample_button = mo.ui.run_button(label="Sample attempts")
     mo.vstack([mo.md(f"## 1 · Sample\n{settings.k} attempts per training item"
                      f" (first {settings.items or 'all'}); success: `{settings.success_key or 'env default'}` "
@@ -61,7 +61,7 @@ def _(preset, which):
 @app.cell
 def _(preset, sample_button, settings):
     mo.stop(nb.interactive() and not sample_button.value, mo.md("Press **Sample attempts**."))
-    sampled = sample.run_sample(settings, preset)
+    sampled = sample.run_sample(settings, preset.grpo(), preset.heldout, preset.data, source=preset.describe())
     print(sample.summary_line(sampled, settings.k))
     outcomes = pl.read_ndjson(sampled["out"] / "outcomes.jsonl").select("id", "successes", "question")
     mo.vstack([mo.md(sample.summary_line(sampled, settings.k)), outcomes])
@@ -69,10 +69,10 @@ def _(preset, sample_button, settings):
 
 
 @app.cell
-def _(sampled):
+def _(preset, sampled):
     try:
-        pair_counts = pairs.export_pairs(sampled["out"])
-        success_counts = pairs.export_successes(sampled["out"])
+        pair_counts = pairs.export_pairs(sampled["out"], preset.heldout)
+        success_counts = pairs.export_successes(sampled["out"], preset.heldout)
     except DataError as exc:
         pair_counts = None
         nb.stop(f"Nothing to learn from: {exc}")
@@ -97,7 +97,9 @@ def _(pair_counts):
 @app.cell
 def _(args, dpo_button, preset):
     mo.stop(nb.interactive() and not dpo_button.value, mo.md("Press **Train DPO**."))
-    dpo_metrics = dpo.run_dpo(dpo.dpo_config(preset, max_steps=nb.arg(args, "max_steps", None)))
+    _steps = nb.arg(args, "max_steps", None)
+    _preset = preset.with_layer({"dpo": {"max_steps": _steps}}, "--max_steps") if _steps else preset
+    dpo_metrics = dpo.run_dpo(_preset.dpo(), _preset.heldout, source=_preset.describe())
     dpo.print_dpo_summary(dpo_metrics)
     return (dpo_metrics,)
 
@@ -105,7 +107,9 @@ def _(args, dpo_button, preset):
 @app.cell
 def _(args, preset, rft_button):
     mo.stop(nb.interactive() and not rft_button.value, mo.md("Press **Train rejection-sampling SFT**."))
-    rft_result = sft.run_sft(rft.rft_config(preset, max_steps=nb.arg(args, "max_steps", None)), preset)
+    _steps = nb.arg(args, "max_steps", None)
+    _preset = preset.with_layer({"rft": {"max_steps": _steps}}, "--max_steps") if _steps else preset
+    rft_result = sft.run_sft(_preset.rft(), _preset.heldout, None, _preset.data, source=_preset.describe())
     sft.print_sft_summary(rft_result.metrics, rft_result.out)
     return (rft_result,)
 

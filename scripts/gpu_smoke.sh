@@ -71,7 +71,7 @@ declare -A plan=(
   [resume]="${cli[*]} grpo --config $preset --resume   # from checkpoint-2 to step 4"
   [grpo-trl]="${cli[*]} grpo --config $trl_preset --overwrite   # 2 steps, transformers + TRL vLLM colocate"
   [serve]="${serve_cmd[*]} &"
-  [eval]="${cli[*]} eval --config $preset --policy endpoint --model smoke --base-url http://127.0.0.1:$port/v1 --name smoke-served --offset 180 --limit 20 --overwrite   # expects 20 answered, 0 errors"
+  [eval]="${cli[*]} eval --config $preset --policy endpoint --model smoke --base-url http://127.0.0.1:$port/v1 --name smoke-served --split heldout --overwrite   # expects 20 answered, 0 errors"
 )
 if [ "$dry" -eq 1 ]; then
   echo "gpu_smoke plan (nothing is run; logs would go to $log_dir/; deadline ${total} s):"
@@ -200,7 +200,7 @@ run_step() {
       server=$!
       wait_server || rc=$? ;;
     eval) { bounded "${cli[@]}" eval --config "$preset" --policy endpoint --model smoke \
-              --base-url "http://127.0.0.1:$port/v1" --name smoke-served --offset 180 --limit 20 --overwrite \
+              --base-url "http://127.0.0.1:$port/v1" --name smoke-served --split heldout --overwrite \
               >"$log" 2>&1 && check_eval; } || rc=$? ;;
   esac
   seconds[$s]=$((SECONDS - start))

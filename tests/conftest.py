@@ -23,6 +23,17 @@ SCRIPTED = ROOT / "tests" / "scripted_endpoint.py"  # a scripted OpenAI-compatib
 DBBENCH = ROOT / "data" / "samples" / "dbbench_dev.jsonl"
 
 
+# fixtures that train a model first (minutes on 2 cores): a test taking one is in the slow tier however short it is
+SLOW_FIXTURES = {"trained", "smol_sft", "sft_adapter"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``slow`` every test that takes a model-training fixture (the fast tier: ``pytest -m "not slow"``)."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def running(names: set[str]) -> list[str]:
     """Return the qualified names among ``names`` (``MariaDBEnv._run``, ``run_statement``) of functions some thread
     is executing right now (cancellation tests; qualified, so an idle worker's ``_run`` elsewhere is not counted)."""
@@ -143,49 +154,77 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 def check_preset(small_index) -> dict:
-    """An eval setup for the inference check: held-out questions 60.. over the small test index."""
-    return {"eval": {"index": str(small_index), "qa": str(HOTPOT), "top_k": 3, "max_searches": 3,
-                     "passage_chars": 200, "run": {"max_turns": 4, "concurrency": 4}},
-            "demo": {"train_questions": 60}}
+    """An evaluation setup for the inference check: the search environment over the small test index, its held-out
+    split the questions 60.. of the sample file (as a preset's tables)."""
+    return {"eval": {"search": {"index": str(small_index), "qa": str(HOTPOT), "heldout": 140, "top_k": 3,
+                                "max_tool_calls": 3, "passage_chars": 200, "max_turns": 4},
+                     "run": {"concurrency": 4}}}
+
+
+def check_eval(small_index):
+    """The EvalConfig of :func:`check_preset` (what run_sft's inference check takes)."""
+    from agentrl.core.config import from_dict
+    from agentrl.rollout.evaluate import EvalConfig
+
+    return from_dict(EvalConfig, check_preset(small_index)["eval"], "eval")
+
+
+def search_settings(small_index, **kw):
+    """The search environment's settings over the small test index and the sample QA file."""
+    from agentrl.envs.search import SearchSettings
+
+    return SearchSettings(**{"index": str(small_index), "qa": str(HOTPOT), **kw})
 
 
 @pytest.fixture(scope="session")
 def sft_data(tmp_path_factory, small_index):
     """Oracle demonstrations for the first 60 questions, curated and exported (phases 01-02, for real)."""
+    from agentrl.core.heldout import HeldOut
     from agentrl.data.curate import CurateConfig, curate
     from agentrl.data.export import export
     from agentrl.rollout.evaluate import EvalConfig, run_eval
     from agentrl.rollout.runner import RunConfig
 
     root = tmp_path_factory.mktemp("sftdata")
-    cfg = EvalConfig(name="oracle", qa=str(HOTPOT), limit=60, index=str(small_index), policy="oracle", top_k=3,
-                     passage_chars=200, run=RunConfig(progress=False))
+    cfg = EvalConfig(name="oracle", split="train", limit=60, policy="oracle", run=RunConfig(progress=False),
+                     envs={"search": search_settings(small_index, top_k=3, passage_chars=200)})
     run_eval(cfg, runs=root)
-    curate([root / "eval" / "oracle"], CurateConfig(val_fraction=0.1), root / "data")
+    curate([root / "eval" / "oracle"], CurateConfig(val_fraction=0.1), root / "data", HeldOut())
     export(root / "data", ["trl"])
     return root / "data"
+
+
+SFT_TABLE = {"learning_rate": 2e-3, "lr_scheduler_type": "constant", "warmup_steps": 0.0, "optim": "adamw_torch",
+             "per_device_train_batch_size": 4, "per_device_eval_batch_size": 4, "gradient_accumulation_steps": 1,
+             "gradient_checkpointing": False, "max_length": 2048, "logging_first_step": True, "report_to": []}
+
+
+def sft_settings(**table):
+    """SFT settings as a preset's [sft] table would give them (the tests' common values, then ``table``)."""
+    from agentrl.train.configs import SFTSettings
+
+    return SFTSettings.of(**{**SFT_TABLE, **table})
 
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory, sft_data, tiny_model, small_index):
     """The tiny model after 300 LoRA SFT steps on the oracle demonstrations, with the before/after check."""
-    from agentrl.train.models import LoraSettings, ModelConfig
-    from agentrl.train.sft import SFTSettings, run_sft
+    from agentrl.core.heldout import HeldOut
+    from agentrl.train.sft import run_sft
 
     runs = tmp_path_factory.mktemp("sftruns")
-    settings = SFTSettings(name="t", data=str(sft_data), max_steps=300, learning_rate=2e-3, lr_scheduler="constant",
-                           warmup=0.0, batch_size=4, grad_accum=1, max_length=2048, logging_steps=20, report_to=[],
-                           check_questions=10, model=ModelConfig(name=str(tiny_model),
-                                                                 lora=LoraSettings(r=32, alpha=64, dropout=0.0)))
-    return run_sft(settings, check_preset(small_index), runs=runs)
+    settings = sft_settings(name="t", data=str(sft_data), max_steps=300, logging_steps=20, check_questions=10,
+                            model={"name": str(tiny_model), "lora": {"r": 32, "alpha": 64, "dropout": 0.0}})
+    return run_sft(settings, HeldOut(), check_eval(small_index), check_preset(small_index), runs=runs)
 
 
 def small_preset(text: str) -> str:
     """The demo preset, shrunk: 30 questions' contexts, a few training steps, small checks."""
     edits = {r"\[corpus\]\n": "[corpus]\nlimit = 30\n", r"max_steps = 300": "max_steps = 20",
              r"check_questions = 20": "check_questions = 3", r"max_steps = 30": "max_steps = 2",
-             r"batch_size = 16 .*\n": "batch_size = 8\n", r"num_generations = 8": "num_generations = 4",
-             r"eval_questions = 20": "eval_questions = 2", r"train_questions = 180 .*\n": "train_questions = 30\n"}
+             r"per_device_train_batch_size = 16 .*\n": "per_device_train_batch_size = 8\n",
+             r"num_generations = 8": "num_generations = 4", r"eval_questions = 20": "eval_questions = 2",
+             r"\[eval\]\nname = \"oracle\"\n": "[eval]\nname = \"oracle\"\nlimit = 30\n"}
     for pattern, new in edits.items():
         text, n = re.subn(pattern, new, text, count=1)
         assert n == 1, pattern
@@ -194,15 +233,19 @@ def small_preset(text: str) -> str:
 
 
 def train_grpo_capturing(cfg, preset: dict, out) -> tuple[object, list[str], list[str]]:
-    """Build GRPOTrainer for ``cfg`` (from its adapter), train, and return ``(trainer, trained, masked)``: per
-    completion, the text of the tokens that carried loss and of the tool-result tokens masked out of it."""
-    from agentrl.train.grpo import build_task, make_trainer, training_rows
+    """Build agentrl's GRPO trainer for settings ``cfg`` (from its adapter), train, and return
+    ``(trainer, trained, masked)``: per completion, the text of the tokens that carried loss and of the tool-result
+    tokens masked out of it."""
+    from agentrl.core.heldout import HeldOut
+    from agentrl.train.configs import trl_args
+    from agentrl.train.grpo import build_task, derived_args, make_trainer, train_rows, training_rows
     from agentrl.train.models import load_for_training
 
     loaded = load_for_training(cfg.model, adapter=cfg.adapter)
     loaded.tokenizer.padding_side = "left"
     task = build_task(cfg, preset)
-    trainer = make_trainer(cfg, loaded, task, training_rows(cfg, task, preset), out)
+    args = trl_args(cfg, derived_args(cfg, loaded.backend, out))
+    trainer = make_trainer(cfg, args, loaded, task, training_rows(cfg, task, train_rows(cfg, HeldOut(), preset)))
     batches: list[dict] = []
     original = trainer._generate_and_score_completions
 

@@ -15,19 +15,23 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
-from agentrl.train.grpo import GRPOSettings, agent_eval, build_task, split_rows
-from agentrl.train.models import LoraSettings, ModelConfig, load_for_training
+from agentrl.rollout.runner import RunConfig
+from agentrl.train.configs import GRPOSettings
+from agentrl.train.grpo import build_task, heldout_rows
+from agentrl.train.grpo_eval import agent_eval
+from agentrl.train.models import load_for_training
 
 
 def main() -> int:
     model_path, index, qa, out = sys.argv[1:5]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    preset = {"eval": {"index": index, "qa": qa, "top_k": 2, "passage_chars": 120,
-                       "run": {"max_turns": 2, "concurrency": 1}}}
-    settings = GRPOSettings(name="fsdp", model=ModelConfig(name=model_path, backend="transformers",
-                                                            lora=LoraSettings(r=4, alpha=8)),
-                            train_questions=10, eval_questions=3, eval_max_new_tokens=24, top_k=2, passage_chars=120)
+    settings = GRPOSettings.of(name="fsdp", model={"name": model_path, "backend": "transformers",
+                                                   "lora": {"r": 4, "alpha": 8}},
+                               eval_questions=3, eval_max_new_tokens=24,
+                               search={"index": index, "qa": qa, "train": 10, "top_k": 2, "passage_chars": 120,
+                                       "max_turns": 2})
+    preset, run = {}, RunConfig(concurrency=1, progress=False)
     loaded = load_for_training(settings.model, seed=1)
     model = loaded.model
     layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
@@ -35,13 +39,13 @@ def main() -> int:
         fully_shard(layer)
     fully_shard(model)
     task = build_task(settings, preset)
-    held_out = split_rows(settings, preset)[1]
+    held_out = heldout_rows(settings, preset)
     ids = torch.tensor([[1, 2, 3]])
     kinds = sorted({type(p).__name__ for p in model.parameters()})  # every parameter a shard (DTensor)
     sharded = model(input_ids=ids).logits.sum().item()  # a sharded forward: both ranks, one all-gather per layer
     forwards = []
     hook = model.get_input_embeddings().register_forward_pre_hook(lambda module, args: forwards.append(1))
-    metrics = agent_eval(model, loaded.tokenizer, settings, task, preset, Path(out), 1, held_out)
+    metrics = agent_eval(model, loaded.tokenizer, settings, task, preset, Path(out), 1, held_out, run=run)
     hook.remove()
     kinds_after_eval = sorted({type(p).__name__ for p in model.parameters()})  # resharded when the eval ended
     after = model(input_ids=ids).logits.sum().item()  # the sharded forward still works, with the same weights

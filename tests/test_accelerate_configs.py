@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from agentrl.core.config import REPO_ROOT, load_preset
+from agentrl.app.presets import load
+from agentrl.core.config import REPO_ROOT
 
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")), *sorted((REPO_ROOT / "configs").glob("*"))]
 USED = sorted({m for d in DOCS if d.is_file()
@@ -36,22 +37,24 @@ def test_the_docs_use_every_accelerate_config_that_ships():
     assert shipped == USED, "a shipped accelerate config is undocumented, or the docs name a missing one"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", USED)
 def test_accelerate_config_builds_its_plugin_and_training_arguments(name, monkeypatch, tmp_path):
     from agentrl.train import grpo, sft
+    from agentrl.train.configs import trl_args
     from agentrl.train.models import choose_backend, unsloth_checkpointing
 
     env = launch_env(name)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    preset = load_preset("demo" if name == "cpu_2proc" else "gpu_qwen2_5_7b")
-    s = sft.sft_config(preset)
+    preset = load("demo" if name == "cpu_2proc" else "gpu_qwen2_5_7b")
+    s, g = preset.sft(), preset.grpo()
     # the preset's own backend ("auto" for SFT), on a CUDA machine with Unsloth installed, in one of the processes
     # (WORLD_SIZE only here: TrainingArguments would join a process group under it)
     with monkeypatch.context() as m:
         m.setenv("WORLD_SIZE", launch_env(name, ranks=True)["WORLD_SIZE"])
         backend, reason = choose_backend(s.model.backend, cuda=True, unsloth=True)
-        gbackend = choose_backend(grpo.grpo_config(preset).model.backend, cuda=True, unsloth=True)[0]
+        gbackend = choose_backend(g.model.backend, cuda=True, unsloth=True)[0]
     assert backend == gbackend == "transformers", reason
     if s.model.backend == "auto":
         assert "distributed launch" in reason
@@ -63,20 +66,23 @@ def test_accelerate_config_builds_its_plugin_and_training_arguments(name, monkey
         assert plugin.fsdp_version == 2 and plugin.activation_checkpointing
         fsdp_ckpt = plugin.activation_checkpointing
     # an explicit backend = "unsloth": its offloaded checkpointing, except on top of FSDP's own
-    assert unsloth_checkpointing(s.model) == ("unsloth" if s.model.gradient_checkpointing and not fsdp_ckpt else False)
+    assert unsloth_checkpointing(s.gradient_checkpointing) == ("unsloth" if s.gradient_checkpointing and not fsdp_ckpt
+                                                               else False)
     if env.get("ACCELERATE_USE_DEEPSPEED") == "true":
         assert env["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "3"
         pytest.importorskip("deepspeed", reason="DeepSpeedPlugin needs deepspeed (installed on the GPU box)")
         from accelerate.utils import DeepSpeedPlugin
 
         assert DeepSpeedPlugin().zero_stage == 3
-    sft_args = sft.training_args(s, backend, None, tmp_path)
-    g = grpo.grpo_config(preset)
-    g.optim = "adamw_torch"  # bitsandbytes' 8-bit AdamW needs CUDA to build the arguments
-    grpo_args = grpo.training_args(g, [1.0], tmp_path, gbackend)
-    for args in (sft_args, grpo_args):
+    sft_args = sft.build_args(s, None, tmp_path, backend)
+    grpo_args = trl_args(g, grpo.derived_args(g, gbackend, tmp_path))
+    for args, settings in ((sft_args, s), (grpo_args, g)):
         assert not (fsdp_ckpt and args.gradient_checkpointing), "the Trainer refuses both checkpointing kinds"
-        assert args.save_strategy == ("steps" if name != "cpu_2proc" else "no")
+        # the preset's checkpoints (TRL's save_strategy "steps", its save_steps; demo: TRL's default of 500)
+        assert (getattr(args.save_strategy, "value", args.save_strategy), args.save_steps) == ("steps",
+                                                                                              settings.save_steps)
+        if name != "cpu_2proc":
+            assert "save_steps" in preset.get(settings.KIND)
     if name in ("fsdp", "multi_gpu", "deepspeed_zero3"):  # the presets ask for checkpointing: FSDP does it instead
         assert sft_args.gradient_checkpointing == (not fsdp_ckpt)
 
@@ -99,9 +105,9 @@ def test_under_accelerate_the_detected_cards_single_gpu_tables_are_not_applied(n
     before anything is loaded."""
     import os
 
-    from agentrl.cli import _preset, build_parser
+    from agentrl.app.commands import preset_of
+    from agentrl.cli import build_parser
     from agentrl.core.io import DataError
-    from agentrl.train.grpo import grpo_config
     from agentrl.train.models import check_fast_inference, choose_backend
 
     smi = tmp_path / "nvidia-smi"
@@ -111,15 +117,14 @@ def test_under_accelerate_the_detected_cards_single_gpu_tables_are_not_applied(n
     for key in ("WORLD_SIZE", "ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):
         monkeypatch.delenv(key, raising=False)
     args = build_parser().parse_args(["grpo", "--config", "gpu_qwen2_5_7b"])
-    single = grpo_config(_preset(args))
+    single = preset_of(args).grpo()
     assert single.model.backend == "unsloth" and single.model.fast_inference and not single.use_vllm
     for key, value in launch_env(name, ranks=True).items():
         monkeypatch.setenv(key, value)
-    launched = grpo_config(_preset(args))
+    launched = preset_of(args).grpo()
     assert "are not applied" in capsys.readouterr().err
     assert launched.model.backend == "transformers" and not launched.model.fast_inference and launched.use_vllm
-    forced = grpo_config(_preset(build_parser().parse_args(["grpo", "--config", "gpu_qwen2_5_7b", "--gpu",
-                                                            "A100-40"])))
+    forced = preset_of(build_parser().parse_args(["grpo", "--config", "gpu_qwen2_5_7b", "--gpu", "A100-40"])).grpo()
     backend = choose_backend(forced.model.backend, cuda=True, unsloth=True)[0]
     if name == "fsdp":
         with pytest.raises(DataError, match="fast_inference = true cannot run under FSDP"):

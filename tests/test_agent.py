@@ -43,6 +43,7 @@ def episode(url, task, question, transport="aiohttp", **kw):
     return asyncio.run(run_episode(policy(url, transport, **kw), task, row(0, question), max_turns=4))
 
 
+@pytest.mark.slow
 def test_tool_call_then_answer_produces_a_complete_trajectory(endpoint_url, task, small_retriever, transport):
     traj = episode(endpoint_url, task, "Ed Wood film director", transport)
     roles = [m["role"] for m in traj["messages"]]
@@ -242,10 +243,10 @@ def test_resume_refuses_a_directory_run_with_other_settings(endpoint_url, task, 
     other_task = search_task(LocalSearch(small_retriever), top_k=2, max_searches=3, passage_chars=200)
     with pytest.raises(DataError, match=r"with task.top_k 3, this run uses task.top_k 2"):
         run_batch(policy(endpoint_url), other_task, rows, out, RunConfig(progress=False), resume=True)
+    shorter = search_task(LocalSearch(small_retriever), top_k=3, max_searches=3, passage_chars=200, max_turns=3)
     with pytest.raises(DataError, match=r"with max_turns 6, policy.temperature 0.0, this run uses "
                                         r"max_turns 3, policy.temperature 0.7:"):
-        run_batch(policy(endpoint_url, temperature=0.7), task, rows, out, RunConfig(progress=False, max_turns=3),
-                  resume=True)
+        run_batch(policy(endpoint_url, temperature=0.7), shorter, rows, out, RunConfig(progress=False), resume=True)
     assert (out / "trajectories.jsonl").read_text() == before  # a refused resume touches nothing
     # how the run is carried out may change: retries, timeouts, concurrency, transport
     run_batch(policy(endpoint_url, "openai", max_retries=1, request_timeout=30), task, rows + [row(1, "Tim Burton")],
@@ -276,12 +277,13 @@ def test_appender_cuts_a_torn_tail_so_the_file_stays_readable(tmp_path):
     assert [r["id"] for r in read_jsonl(path)] == ["a", "b", "c"]
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_keeps_every_id_exactly_once(endpoint_url, small_index, tmp_path, transport):
     qa = tmp_path / "qa.jsonl"
     qa.write_text("".join(json.dumps(row(i, f"[[slow:0.4]] Ed Wood question {i}")) + "\n" for i in range(24)))
-    cmd = [sys.executable, "-m", "agentrl.cli", "eval", "--qa", str(qa), "--index", str(small_index), "--name", "k",
-           "--policy", "endpoint", "--base-url", endpoint_url, "--model", "scripted", "--concurrency", "3",
-           "--endpoint-transport", transport]
+    cmd = [sys.executable, "-m", "agentrl.cli", "eval", "--qa", str(qa), "--env-arg", f"index={small_index}",
+           "--name", "k", "--policy", "endpoint", "--base-url", endpoint_url, "--model", "scripted",
+           "--concurrency", "3", "--endpoint-transport", transport]
     env = {**os.environ, "OPENAI_API_KEY": "EMPTY"}
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     path = tmp_path / "runs" / "eval" / "k" / "trajectories.jsonl"
@@ -300,6 +302,7 @@ def test_sigkill_mid_run_then_resume_keeps_every_id_exactly_once(endpoint_url, s
     assert manifest["counts"]["resumed"] >= partial - 1
 
 
+@pytest.mark.slow
 def test_the_api_key_appears_in_no_file_written(tmp_path, small_index, transport):
     from conftest import SCRIPTED, free_port, start_process, stop_process
 
@@ -310,7 +313,7 @@ def test_the_api_key_appears_in_no_file_written(tmp_path, small_index, transport
     try:
         qa = tmp_path / "qa.jsonl"
         qa.write_text(json.dumps(row(0, "Ed Wood")) + "\n" + json.dumps(row(1, "[[fail:500:9]] down")) + "\n")
-        base = [sys.executable, "-m", "agentrl.cli", "eval", "--qa", str(qa), "--index", str(small_index),
+        base = [sys.executable, "-m", "agentrl.cli", "eval", "--qa", str(qa), "--env-arg", f"index={small_index}",
                 "--policy", "endpoint", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "scripted",
                 "--retries", "0", "--endpoint-transport", transport]
         ok = subprocess.run(base + ["--name", "ok", "--api-key", key], cwd=tmp_path, capture_output=True, text=True,
@@ -348,6 +351,23 @@ def test_search_env_enforces_its_search_budget_as_a_refusal_the_model_reads(smal
     assert content.startswith("Search limit reached") and kind == "tool_error"
 
 
+def test_the_search_settings_give_the_task_its_tool_call_and_turn_budgets(small_index):
+    from agentrl.envs import registry
+    from conftest import search_settings
+
+    spec = registry.get("search")
+    default = spec.build(search_settings(small_index))
+    assert default.max_turns == spec.max_turns == 6 and default.config["max_searches"] == 4
+    task = spec.build(search_settings(small_index, max_tool_calls=1, max_turns=2))
+    assert task.max_turns == 2 and "at most 1 searches" in task.system_prompt
+    env = task.make_env()
+    env.reset(question="q")
+    asyncio.run(env.search("Ed Wood"))
+    content, kind = asyncio.run(call_tool(env, "search", {"query": "Tim Burton"}))
+    assert content.startswith("Search limit reached") and kind == "tool_error"
+
+
+@pytest.mark.slow
 def test_remote_search_env_queries_a_real_mcp_server(mcp_url, small_retriever):
     env = SearchEnv(MCPSearch(mcp_url), top_k=2)
     env.reset(question="q")
@@ -389,6 +409,7 @@ def test_trajectories_match_the_documented_schema(endpoint_url, task, tmp_path, 
 
 
 def test_eval_with_a_judge_adds_the_verdict_to_metrics(endpoint_url, small_index, tmp_path):
+    from agentrl.envs.search import SearchSettings
     from agentrl.rollout.evaluate import EvalConfig, run_eval
     from agentrl.rollout.judge import JudgeConfig
 
@@ -397,7 +418,7 @@ def test_eval_with_a_judge_adds_the_verdict_to_metrics(endpoint_url, small_index
                   + json.dumps(row(1, "[[mode:answer:Spielberg]] Who directed Ed Wood?", ["Tim Burton"])) + "\n"
                   + json.dumps(row(2, "[[mode:answer:Tim Burton]] [[judge:garbage]] Who directed it?",
                                    ["Tim Burton"])) + "\n")
-    cfg = EvalConfig(name="j", qa=str(qa), index=str(small_index), policy="endpoint",
+    cfg = EvalConfig(name="j", qa=str(qa), envs={"search": SearchSettings(index=str(small_index))}, policy="endpoint",
                      endpoint=EndpointConfig(base_url=endpoint_url, model="scripted", api_key="EMPTY"),
                      judge=JudgeConfig(model="scripted-judge", base_url=endpoint_url, api_key="EMPTY",
                                        cache_dir=str(tmp_path / "cache"), retries=1),
@@ -414,12 +435,13 @@ def test_eval_with_a_judge_adds_the_verdict_to_metrics(endpoint_url, small_index
 
 
 def test_a_judge_with_a_wrong_model_stops_the_eval(endpoint_url, small_index, tmp_path):
+    from agentrl.envs.search import SearchSettings
     from agentrl.rollout.evaluate import EvalConfig, run_eval
     from agentrl.rollout.judge import JudgeConfig
 
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps(row(0, "[[mode:answer:Tim Burton]] Who directed Ed Wood?", ["Tim Burton"])) + "\n")
-    cfg = EvalConfig(name="j", qa=str(qa), index=str(small_index), policy="endpoint",
+    cfg = EvalConfig(name="j", qa=str(qa), envs={"search": SearchSettings(index=str(small_index))}, policy="endpoint",
                      endpoint=EndpointConfig(base_url=endpoint_url, model="scripted", api_key="EMPTY"),
                      judge=JudgeConfig(model="missing-judge", base_url=endpoint_url, api_key="EMPTY",
                                        cache_dir=str(tmp_path / "cache")),

@@ -2,6 +2,8 @@
 -> core), no import cycle, few top-level modules, and no environment named outside its folder and the registry."""
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 
 from conftest import ROOT
@@ -74,6 +76,32 @@ def test_there_is_no_import_cycle():
         if v not in index:
             visit(v)
     assert cycles == []
+
+
+def test_agentrls_own_modules_and_the_stdlib_are_imported_at_module_top():
+    """Heavy third-party imports (torch, transformers, trl, ...) stay inside the functions that need them; the
+    project's own modules and the standard library are imported at the top, where a reader sees the dependencies."""
+    inside = []
+    for path in LIB.rglob("*.py"):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                names = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
+                         [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                top = {n.split(".")[0] for n in names}
+                if top & ({"agentrl"} | set(sys.stdlib_module_names)):
+                    inside.append(f"{path.relative_to(LIB)}:{node.lineno}")
+    assert inside == []
+
+
+def test_the_command_line_answers_help_without_importing_the_library():
+    """``agentrl --help`` and a mistyped flag need the parser only: agentrl.cli loads the application (every library
+    module, numpy among them) once a command is known (benchmarks/cli_import.py measures the import)."""
+    code = "import sys, agentrl.cli; print(sorted(m for m in sys.modules if m.startswith('agentrl') or m == 'numpy'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert eval(out) == ["agentrl", "agentrl.app", "agentrl.app.flags", "agentrl.cli", "agentrl.core",
+                         "agentrl.core.io", "agentrl.envs"]
 
 
 def test_the_package_has_fewer_than_a_dozen_top_level_modules():

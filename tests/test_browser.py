@@ -35,7 +35,7 @@ walk(document);
 def workspace(tmp_path_factory):
     """A working directory with the demo preset shrunk (configs/demo.toml) and its corpus + index built (what
     notebook 00 reuses on open)."""
-    from agentrl.core.config import load_preset
+    from agentrl.app.presets import load
     from agentrl.data.pipeline import corpus_and_index
 
     work = tmp_path_factory.mktemp("browser")
@@ -45,7 +45,8 @@ def workspace(tmp_path_factory):
     cwd = Path.cwd()
     os.chdir(work)
     try:
-        corpus_and_index(load_preset(str(work / "configs" / "demo.toml")), progress=False)
+        preset = load(str(work / "configs" / "demo.toml"))
+        corpus_and_index(preset.settings("corpus"), preset.settings("index"), progress=False)
     finally:
         os.chdir(cwd)
     return work

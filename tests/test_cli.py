@@ -83,6 +83,7 @@ def test_the_installed_command_exits_non_zero_on_bad_input(argv):
     assert proc.stderr.startswith("error: ")
 
 
+@pytest.mark.slow
 def test_bundled_data_is_found_from_any_working_directory(tmp_path):
     """The default data of each environment (data/samples/...) and presets resolve from the repository, outputs go
     to the working directory's runs/ (before: FileNotFoundError outside the checkout)."""

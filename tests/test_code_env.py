@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from agentrl.envs.code.env import CodeEnv, humaneval_tasks
 from agentrl.rollout.rewards import reward_registry, task_success
 
@@ -20,6 +22,7 @@ def answer(text: str) -> list[dict]:
     return [{"role": "assistant", "content": f"<answer>{text}</answer>"}]
 
 
+@pytest.mark.slow
 def test_code_pass_is_pass_at_1_of_the_final_function_in_the_sandbox():
     good = ROWS[0]["metadata"]["prompt"] + ROWS[0]["metadata"]["canonical_solution"]
     wrong = good.replace("return True", "return False")

@@ -121,13 +121,13 @@ def test_the_t4_presets_4bit_colocated_grpo_gets_what_unsloth_needs_on_every_sta
     tree and must not get it (duplicate op registration)."""
     import importlib.util
 
-    from agentrl.core.config import load_preset
-    from agentrl.train.gpu_plan import apply_card, plans
-    from agentrl.train.grpo import grpo_config
+    from agentrl.app.presets import load
+    from agentrl.train.gpu_plan import plans
 
-    preset = apply_card(load_preset("colab_qwen3_4b"), "T4")
-    model = grpo_config(preset).model
-    assert model.load_in_4bit and model.fast_inference and all(p.fits for p in plans(preset, "T4"))
+    preset = load("colab_qwen3_4b", card="T4")
+    model = preset.grpo().model
+    assert model.load_in_4bit and model.fast_inference
+    assert all(p.fits for p in plans(preset.sft(), preset.grpo(), "T4"))
     for stack in gpu_stack.STACKS.values():
         vllm = tuple(int(x) for x in stack.pins["vllm"].partition("+")[0].split(".")[:2])
         driver = "580.82.07" if stack.cuda[0] == 13 else "550.54.15"
@@ -409,6 +409,7 @@ def fresh_clone(tmp_path_factory):
     return root / "clone"
 
 
+@pytest.mark.slow
 def test_a_fresh_clone_exports_notebooks_whose_setup_cell_clones_the_origin_and_installs_the_pins(fresh_clone):
     out = fresh_clone / "build" / "nb"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRL_", "VIRTUAL_ENV", "UV_PROJECT"))}
@@ -458,6 +459,7 @@ def test_the_setup_cell_is_added_by_the_standard_library_alone(tmp_path):
     assert json.loads(nb.read_text())["cells"][0]["metadata"] == {"agentrl": "setup"}
 
 
+@pytest.mark.slow
 def test_an_ssh_or_token_origin_is_exported_as_anonymous_https(tmp_path, fresh_clone):
     copy = tmp_path / "copy"
     shutil.copytree(fresh_clone, copy, ignore=shutil.ignore_patterns("build"))
@@ -476,9 +478,11 @@ def test_an_ssh_or_token_origin_is_exported_as_anonymous_https(tmp_path, fresh_c
 
 def test_a_bundle_notebook_without_its_bundle_or_a_clone_url_says_what_to_copy(tmp_path):
     """A --bundle export from a checkout without origin has no clone URL: opened without agentrl_bundle/ next to
-    it (and without agentrl installed: python -S), the setup cell stops with what to copy, not a git error."""
+    it (and without agentrl installed: python -S, no PYTHONPATH; with agentrl importable the cell would install this
+    checkout into the running Python's environment), the setup cell stops with what to copy, not a git error."""
     code = colab.setup_source("")
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AGENTRL_")}, "HOME": str(tmp_path)}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AGENTRL_") and k != "PYTHONPATH"},
+           "HOME": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 1

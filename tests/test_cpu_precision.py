@@ -47,6 +47,7 @@ def test_an_unmeasured_or_bf16_less_cpu_stays_fp32_and_the_preset_key_overrides(
         models.cuda_precision(ModelConfig(cpu_precision="half"))
 
 
+@pytest.mark.slow
 def test_bf16_autocast_keeps_the_sft_loss_of_the_tiny_model_close_to_fp32(tiny_model):
     from transformers import AutoModelForCausalLM
 

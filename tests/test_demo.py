@@ -8,9 +8,12 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, small_preset
 
 
+@pytest.mark.slow
 def test_demo_runs_every_phase_and_reruns_cleanly(tmp_path):
     (tmp_path / "configs").mkdir()
     (tmp_path / "data").symlink_to(ROOT / "data")
@@ -73,12 +76,16 @@ def test_the_envs_presets_documented_commands_run_sft_and_grpo_on_every_new_env(
     (tmp_path / "runs" / "models").mkdir(parents=True)
     (tmp_path / "runs" / "models" / "tiny").symlink_to(tiny_model)
     preset = (ROOT / "configs" / "envs_demo.toml").read_text()
-    preset = preset.replace('[eval]\n', f'[eval]\nindex = "{small_index}"\n')  # the mixture's search rows
+    member = re.search(r"^\[grpo\.mixed\.search\][^\n]*\n", preset, re.M)  # the mixture's search member
+    assert member and preset.count("[grpo.mixed.search]") == 1
+    preset = preset.replace(member.group(0), f'{member.group(0)}index = "{small_index}"\n')
     (tmp_path / "configs" / "envs_demo.toml").write_text(preset)
     env = {**os.environ, "COLUMNS": "200"}
     for cmd in commands[1:]:  # the tiny model is the session's
         cmd = [re.sub(r"^\d+$", "3", a) if i and cmd[i - 1] == "--limit" else a for i, a in enumerate(cmd)]
         cmd += {"sft": ["--max-steps", "3"], "grpo": ["--max-steps", "1", "--eval-questions", "1"]}.get(cmd[0], [])
+        if cmd[0] == "grpo":  # one run per environment (the preset's [grpo] name is the text game's)
+            cmd += ["--name", f"grpo_envs_{cmd[cmd.index('--env') + 1]}"]
         r = subprocess.run([sys.executable, "-m", "agentrl.cli", *cmd], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=1200)
         assert r.returncode == 0, (cmd, r.stderr[-3000:])

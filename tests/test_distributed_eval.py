@@ -11,15 +11,17 @@ import pytest
 from conftest import HOTPOT, ROOT
 
 
+@pytest.mark.slow
 def test_a_two_process_grpo_run_with_eval_every_evaluates_on_both_ranks_and_writes_its_evaluations(
         tmp_path, tiny_model, small_index):
     preset = tmp_path / "p.toml"
-    preset.write_text(f'[grpo]\nname = "ddp"\nnum_generations = 4\nbatch_size = 4\nmax_steps = 2\neval_every = 1\n'
-                      f'max_completion_length = 48\nmax_tool_calling_iterations = 1\ntrain_questions = 20\n'
-                      f'top_k = 2\npassage_chars = 120\neval_questions = 3\neval_max_new_tokens = 24\nreport_to = []\n'
-                      f'log_completions = false\n[grpo.rewards]\nanswer_f1 = 1.0\n'
-                      f'[grpo.model]\nname = "{tiny_model}"\n'
-                      f'[eval]\nindex = "{small_index}"\nqa = "{HOTPOT}"\n[eval.run]\nmax_turns = 2\n')
+    preset.write_text(f'[grpo]\nname = "ddp"\nnum_generations = 4\nper_device_train_batch_size = 4\nmax_steps = 2\n'
+                      f'eval_every = 1\nmax_completion_length = 48\nmax_tool_calling_iterations = 1\n'
+                      f'eval_questions = 3\neval_max_new_tokens = 24\nreport_to = []\nlog_completions = false\n'
+                      f'optim = "adamw_torch"\ngradient_checkpointing = false\n'
+                      f'[grpo.search]\nindex = "{small_index}"\nqa = "{HOTPOT}"\ntrain = 20\ntop_k = 2\n'
+                      f'passage_chars = 120\nmax_turns = 2\nrewards = {{answer_f1 = 1.0}}\n'
+                      f'[grpo.model]\nname = "{tiny_model}"\n')
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(ROOT / "configs" / "accelerate" / "cpu_2proc.yaml"), "-m", "agentrl.cli", "grpo", "--config",
            str(preset)]
@@ -41,6 +43,7 @@ def test_a_two_process_grpo_run_with_eval_every_evaluates_on_both_ranks_and_writ
     assert proc.stdout.count("eval @ step 2") == 1  # only the main process reports
 
 
+@pytest.mark.slow
 def test_held_out_evaluation_of_a_sharded_fsdp2_model_runs_on_both_ranks_and_gathers_every_row(
         tmp_path, tiny_model, small_index):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from agentrl.core.heldout import HeldOut
 from agentrl.core.io import DataError
 from agentrl.envs import registry
 from conftest import ROOT
@@ -32,9 +33,11 @@ def cli(args, cwd, timeout=900):
     return r
 
 
+@pytest.mark.slow
 def test_the_documented_example_environment_runs_through_eval_export_and_a_grpo_step(tmp_path, tiny_model):
     env_file = example_environment(tmp_path)
-    cli(["eval", "--env", str(env_file), "--policy", "oracle", "--name", "kv_oracle", "--limit", "6"], tmp_path)
+    cli(["eval", "--env", str(env_file), "--split", "train", "--policy", "oracle", "--name", "kv_oracle", "--limit",
+         "6"], tmp_path)  # demonstrations come from the training split
     metrics = json.loads((tmp_path / "runs" / "eval" / "kv_oracle" / "metrics.json").read_text())
     assert metrics["n"] == 6 and metrics["errors"] == 0 and metrics["overall"]["em"] == 1.0
     first = json.loads((tmp_path / "runs" / "eval" / "kv_oracle" / "trajectories.jsonl").read_text().splitlines()[0])
@@ -43,10 +46,11 @@ def test_the_documented_example_environment_runs_through_eval_export_and_a_grpo_
     cli(["export", "runs/data/kv_data"], tmp_path)
     assert len((tmp_path / "runs" / "data" / "kv_data" / "trl" / "train.jsonl").read_text().splitlines()) == 6
     preset = tmp_path / "kv.toml"
-    preset.write_text(f'[grpo]\nname = "kv"\nenv = "{env_file}"\nnum_generations = 2\nbatch_size = 2\nmax_steps = 1\n'
-                      'max_completion_length = 64\nmax_tool_calling_iterations = 2\neval_questions = 2\n'
-                      f'report_to = []\nlog_completions = false\n[grpo.model]\nname = "{tiny_model}"\n'
-                      '[eval.run]\nmax_turns = 3\n')
+    preset.write_text(f'[grpo]\nname = "kv"\nenv = "{env_file}"\nnum_generations = 2\nper_device_train_batch_size = 2\n'
+                      'max_steps = 1\nmax_completion_length = 64\nmax_tool_calling_iterations = 2\neval_questions = 2\n'
+                      'gradient_checkpointing = false\nreport_to = []\nlog_completions = false\n'
+                      f'[grpo.model]\nname = "{tiny_model}"\n'
+                      '[grpo.kv]\nmax_turns = 3\n')  # the environment's turn budget in GRPO's held-out evaluation
     cli(["grpo", "--config", str(preset)], tmp_path)
     grpo = json.loads((tmp_path / "runs" / "grpo" / "kv" / "metrics.json").read_text())
     assert grpo["steps"] == 1 and grpo["reward_funcs"] == ["kv_correct", "format"]
@@ -57,6 +61,8 @@ def test_a_user_environment_is_found_by_path_and_by_module_name_and_a_wrong_one_
     env_file = example_environment(tmp_path)
     spec = registry.get(str(env_file))
     assert spec.name == "kv" and registry.tools(spec) == ("get",) and "kv" in registry.names()
+    train, heldout = (registry.split_rows(spec, split, spec.settings()) for split in ("train", "heldout"))
+    assert HeldOut.of(heldout).drop(train, "kv training rows") == train  # its splits share no item
     monkeypatch.syspath_prepend(str(tmp_path))
     assert registry.get("kv_env:ENVIRONMENT").name == "kv"
     with pytest.raises(DataError, match="unknown environment 'serch'.*search"):
@@ -69,20 +75,21 @@ def test_a_user_environment_is_found_by_path_and_by_module_name_and_a_wrong_one_
 def test_a_tools_refusal_and_its_crash_are_told_apart_in_both_loops(tmp_path):
     """Our agent loop records the kind on the message; TRL renders {'error': ...} and the environment remembers."""
     from agentrl.envs.base import call_tool, tool_outcomes
-    from agentrl.envs.task import EpisodeSettings
 
     spec = registry.get(str(example_environment(tmp_path)))
-    task = spec.build(EpisodeSettings(), {})
-    row = spec.rows("eval", n=1)[0]
+    settings = spec.settings()
+    task = spec.build(settings, {})
+    row = registry.split_rows(spec, "heldout", settings)[0]
+    key = row["metadata"]["keys"][0]
     env = task.make_env()
     env.reset(**row)
     ours = [{"role": "tool", "content": c, **({"error": k} if k else {})} for c, k in (
-        asyncio.run(call_tool(env, "get", {"key": "a"})), asyncio.run(call_tool(env, "get", {"key": "zz"})),
-        asyncio.run(call_tool(env, "get", {"nope": "a"})), asyncio.run(call_tool(env, "fly", {})))]
+        asyncio.run(call_tool(env, "get", {"key": key})), asyncio.run(call_tool(env, "get", {"key": "zzz"})),
+        asyncio.run(call_tool(env, "get", {"nope": key})), asyncio.run(call_tool(env, "fly", {})))]
     assert tool_outcomes(ours) == [None, "tool_error", "invalid_arguments", "unknown_tool"]
     env.reset(**row)
     trl = []  # what TRL 1.14's tool loop appends: str(result), or str({"error": str(exc)})
-    for name, args in (("get", {"key": "a"}), ("get", {"key": "zz"}), ("get", {"nope": "a"}), ("fly", {})):
+    for name, args in (("get", {"key": key}), ("get", {"key": "zzz"}), ("get", {"nope": key}), ("fly", {})):
         try:
             trl.append({"role": "tool", "name": name, "content": str(getattr(env, name)(**args))})
         except Exception as exc:  # noqa: BLE001 - as TRL does

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from agentrl.core.config import REPO_ROOT, load_preset
-from agentrl.train.gpu_plan import ARCHS, CARDS, GIB, apply_card, arch_for, card_for, plan_grpo, plan_sft, plans
+from agentrl.app.presets import load
+from agentrl.core.config import REPO_ROOT
+from agentrl.train.gpu_plan import ARCHS, CARDS, GIB, arch_for, card_for, plan_grpo, plan_sft, plans
 
 CPU_PRESETS = ("demo", "cpu_smol", "envs_demo")  # the tiny or the SmolLM2 model from runs/: no GPU plan
 GPU_PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml") if p.stem not in CPU_PRESETS)
@@ -33,11 +34,8 @@ def test_the_issue_case_16_bit_qwen3_4b_at_0_6_on_a_t4_leaves_no_room_for_one_se
     4096-token sequence needs 0.5625 GiB of KV cache (4096 x 147456 bytes); the same log as above puts vLLM's
     runtime (activation peak 0.88 GiB + CUDA graphs 0.34 GiB) on top of the 7.5 GiB of weights. Checked against
     that log's figures through the estimate (exact to 0.01 GiB on the KV cache of one sequence)."""
-    from agentrl.train.grpo import grpo_config
-
-    preset = load_preset("colab_qwen3_4b")
-    preset["grpo"]["model"].update(load_in_4bit=False, gpu_memory_utilization=0.6)
-    p = plan_grpo(grpo_config(preset), "T4", adapter_rank=64)
+    preset = load("colab_qwen3_4b", ["grpo.model.load_in_4bit=false", "grpo.model.gpu_memory_utilization=0.6"])
+    p = plan_grpo(preset.grpo(), "T4", adapter_rank=64)
     assert p.vllm["kv_one_sequence"] == pytest.approx(0.56, abs=0.01)
     assert p.vllm["kv"] < p.vllm["kv_one_sequence"] and not p.fits
     assert any("gpu_memory_utilization" in a and "4-bit" in a for a in p.advice)
@@ -55,12 +53,10 @@ def test_sft_estimate_is_near_unsloths_stated_minimum_vram(model, four_bit, stat
     Tolerance, against those stated GB: 4-bit within -5%..+45% (we keep the 16-bit embeddings and LM head as
     bitsandbytes does, and count a chunk of fp32 logits; the page calls its figures an absolute minimum), 16-bit
     within 25%."""
-    from agentrl.train.models import LoraSettings, ModelConfig
-    from agentrl.train.sft import SFTSettings
+    from agentrl.train.configs import SFTSettings
 
-    s = SFTSettings(model=ModelConfig(name=model, backend="unsloth", load_in_4bit=four_bit,
-                                      gradient_checkpointing=True, lora=LoraSettings(r=16)),
-                    batch_size=1, max_length=512, optim="adamw_8bit")
+    s = SFTSettings.of(model={"name": model, "backend": "unsloth", "load_in_4bit": four_bit, "lora": {"r": 16}},
+                       gradient_checkpointing=True, per_device_train_batch_size=1, max_length=512, optim="adamw_8bit")
     ratio = plan_sft(s, "A100-80").training * GIB / 1e9 / stated_gb
     assert (0.95 <= ratio <= 1.45) if four_bit else (0.75 <= ratio <= 1.25), ratio
 
@@ -77,7 +73,8 @@ def test_every_gpu_preset_fits_the_cards_it_targets(name, card):
     targets = {"colab_qwen3_4b": set(CARDS), "gpu_qwen2_5_7b": {"A100-40", "A100-80", "H100"}}.get(name, set(CARDS))
     if card not in targets:
         pytest.skip(f"{name} does not target {card}")
-    for p in plans(apply_card(load_preset(name), card), card):
+    preset = load(name, card=card)
+    for p in plans(preset.sft(), preset.grpo(), card):
         assert p.fits and p.training <= 0.9 * p.limit, (p.phase, p.training, p.limit, p.advice)
 
 
@@ -87,24 +84,20 @@ def test_trl_grpo_counts_the_16_bit_completion_logits_and_their_gradient():
     the fused Triton log-prob/entropy kernel saves them for the backward pass and allocates a gradient of the
     same shape and dtype (`torch.empty_like(logits)`) there; no fp32 copy is made on CUDA. Exact arithmetic on
     those shapes, so no tolerance: 2 x 8 x 2048 x 152064 x 2 bytes = 9.28 GiB for gpu_qwen2_5_7b on an A100-80."""
-    from dataclasses import replace
-
-    from agentrl.train.grpo import grpo_config
-
-    g = grpo_config(apply_card(load_preset("gpu_qwen2_5_7b"), "A100-80"))
+    g = load("gpu_qwen2_5_7b", card="A100-80").grpo()
     p = plan_grpo(g, "A100-80")
     vocab = ARCHS["qwen2.5-7b"].vocab
-    assert p.parts["logits"] == round(2 * g.batch_size * g.max_completion_length * vocab * 2 / GIB, 2) == 9.28
-    old = plan_grpo(replace(g, batch_size=16, grad_accum=2), "A100-80")  # the micro-batch the preset had
+    tokens = g.per_device_train_batch_size * g.max_completion_length
+    assert p.parts["logits"] == round(2 * tokens * vocab * 2 / GIB, 2) == 9.28
+    had = ["grpo.per_device_train_batch_size=16", "grpo.gradient_accumulation_steps=2"]  # the preset's old micro-batch
+    old = plan_grpo(load("gpu_qwen2_5_7b", had, card="A100-80").grpo(), "A100-80")
     assert old.parts["logits"] == 18.56 and old.training > 0.95 * old.limit
-    unsloth = plan_grpo(grpo_config(apply_card(load_preset("gpu_qwen2_5_7b"), "A100-40")), "A100-40")
+    unsloth = plan_grpo(load("gpu_qwen2_5_7b", card="A100-40").grpo(), "A100-40")
     assert unsloth.parts["logits"] == round(2 * 1024 * vocab * 4 / GIB, 2)  # Unsloth: fp32 chunks of 1024 tokens
 
 
 def test_colab_preset_on_a_t4_runs_grpo_in_4_bit_with_vllm_and_16_bit_on_an_l4():
-    from agentrl.train.grpo import grpo_config
-
-    t4, l4 = (grpo_config(apply_card(load_preset("colab_qwen3_4b"), c)) for c in ("T4", "L4"))
+    t4, l4 = (load("colab_qwen3_4b", card=c).grpo() for c in ("T4", "L4"))
     assert t4.model.load_in_4bit and t4.model.fast_inference and t4.model.backend == "unsloth"
     assert not l4.model.load_in_4bit and l4.model.fast_inference
     assert (t4.loss_type, t4.epsilon_high, t4.mask_truncated_completions) == ("dapo", 0.28, True)
@@ -139,7 +132,7 @@ def test_gpu_plan_command_prints_the_table_and_exits_1_when_it_does_not_fit(tmp_
     assert "grpo on T4" in out and "KV cache" in out and "FITS" in out
     bad = tmp_path / "bad.toml"
     bad.write_text((REPO_ROOT / "configs" / "colab_qwen3_4b.toml").read_text()
-                   .replace("load_in_4bit = true                         # T4", "load_in_4bit = false  # T4"))
+                   .replace("load_in_4bit = true                         # T4:", "load_in_4bit = false  # T4:"))
     assert main(["gpu-plan", "--config", str(bad), "--gpu", "T4"]) == 1
     assert "DOES NOT FIT" in capsys.readouterr().out
     assert main(["gpu-plan", "--config", "colab_qwen3_4b", "--gpu", "V100"]) == 2

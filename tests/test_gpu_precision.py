@@ -62,28 +62,20 @@ def test_without_cuda_nothing_is_half_precision(monkeypatch):
     assert models.unsloth_load_args(ModelConfig(name="m"))["dtype"] is None  # Unsloth's CPU backend chooses
 
 
-class Captured:
-    """Stands in for TRL's config class (building the real one with CUDA mocked asks the missing driver): records
-    the arguments agentrl passes."""
-
-    def __init__(self, **kwargs):
-        self.kwargs = kwargs
-
-
 @pytest.mark.parametrize(("capability", "native"), CARDS)
-def test_sft_and_grpo_trainers_get_bf16_or_fp16_with_a_loss_scaler_from_the_card(gpu, monkeypatch, tmp_path,
-                                                                              capability, native):
-    import trl
-
-    from agentrl.train import grpo, sft
+def test_sft_and_grpo_trainers_get_bf16_or_fp16_with_a_loss_scaler_from_the_card(gpu, tmp_path, capability, native):
+    """What agentrl derives for TRL's config (building the real one with CUDA mocked asks the missing driver):
+    agentrl.train.configs.trl_args passes these last, and a preset setting bf16 / fp16 is refused."""
+    from agentrl.train import dpo, grpo, sft
+    from agentrl.train.configs import DERIVED, DPOSettings, GRPOSettings, SFTSettings
 
     gpu(capability)
-    monkeypatch.setattr(trl, "SFTConfig", Captured)
-    monkeypatch.setattr(trl, "GRPOConfig", Captured)
-    for args in (sft.training_args(sft.SFTSettings(), "transformers", None, tmp_path),
-                 grpo.training_args(grpo.GRPOSettings(), [1.0], tmp_path, "transformers")):
+    assert {"bf16", "fp16", "use_cpu"} <= set(DERIVED["common"])
+    for args in (sft.derived_args(SFTSettings(), "transformers", None, tmp_path),
+                 grpo.derived_args(GRPOSettings(), "transformers", tmp_path),
+                 dpo.derived_args(DPOSettings(), tmp_path)):
         # fp16=True: the Trainer runs fp16 with its GradScaler (loss scaling); bf16 needs no scaler
-        assert (args.kwargs["bf16"], args.kwargs["fp16"], args.kwargs["use_cpu"]) == (native, not native, False)
+        assert (args["bf16"], args["fp16"], args["use_cpu"]) == (native, not native, False)
 
 
 @pytest.mark.parametrize(("capability", "native"), [CARDS[0], CARDS[1]])
@@ -104,41 +96,42 @@ def test_without_bitsandbytes_the_gpu_presets_fall_back_with_one_line(caplog):
     import importlib.util
     from dataclasses import replace
 
-    from agentrl.core.config import load_preset
+    from agentrl.app.presets import load
     from agentrl.core.io import DataError
-    from agentrl.train.gpu_plan import apply_card
-    from agentrl.train.grpo import grpo_config
-    from agentrl.train.sft import sft_config
+    from agentrl.train.configs import SFTSettings
 
     assert importlib.util.find_spec("bitsandbytes") is None
-    preset = apply_card(load_preset("colab_qwen3_4b"), "T4")
-    for cfg in (sft_config(preset), grpo_config(preset)):
+    preset = load("colab_qwen3_4b", card="T4")
+    for cfg in (preset.sft(), preset.grpo()):
         assert cfg.optim == "adamw_8bit" and cfg.model.load_in_4bit
         caplog.clear()
         with caplog.at_level(logging.WARNING):
             ran = models.bitsandbytes_fallback(cfg)
         assert ran.optim == "adamw_torch" and not ran.model.load_in_4bit and ran.model.name == cfg.model.name
+        assert ran.learning_rate == cfg.learning_rate and cfg.optim == "adamw_8bit"  # the rest kept, a copy changed
         assert len(caplog.records) == 1
         assert "optim adamw_8bit -> adamw_torch, load_in_4bit -> 16-bit weights" in caplog.text
-    plain = replace(sft_config({}), optim="adamw_torch")
+    plain = SFTSettings.of(optim="adamw_torch")
     assert models.bitsandbytes_fallback(plain) is plain  # nothing to change: nothing said
     with pytest.raises(DataError, match="lion_8bit"):
-        models.bitsandbytes_fallback(replace(plain, optim="lion_8bit"))
+        models.bitsandbytes_fallback(replace(plain, trl={**plain.trl, "optim": "lion_8bit"}))
 
 
 def test_an_sft_run_with_an_8bit_optimiser_and_4bit_weights_trains_without_bitsandbytes(tmp_path, sft_data,
                                                                                       tiny_model, caplog):
     """Without the fallback transformers raises ImportError at optimizer creation ("You need to install
     `bitsandbytes` in order to use bitsandbytes optimizers")."""
-    from agentrl.train.sft import SFTSettings, run_sft
+    from agentrl.core.heldout import HeldOut
+    from agentrl.train.sft import run_sft
+    from conftest import sft_settings
 
-    settings = SFTSettings(name="nobnb", data=str(sft_data), max_steps=2, batch_size=2, grad_accum=1, report_to=[],
-                           check_questions=0, logging_steps=1, optim="adamw_8bit",
-                           model=ModelConfig(name=str(tiny_model), backend="transformers", load_in_4bit=True))
+    settings = sft_settings(name="nobnb", data=str(sft_data), max_steps=2, per_device_train_batch_size=2,
+                            check_questions=0, logging_steps=1, optim="adamw_8bit",
+                            model={"name": str(tiny_model), "backend": "transformers", "load_in_4bit": True})
     with caplog.at_level(logging.WARNING):
-        result = run_sft(settings, runs=tmp_path)
+        result = run_sft(settings, HeldOut(), runs=tmp_path)
     assert result.metrics["steps"] == 2
     said = [r.getMessage() for r in caplog.records if "bitsandbytes" in r.getMessage()]
     assert len(said) == 1 and "adamw_8bit -> adamw_torch" in said[0]
     manifest = json.loads((tmp_path / "sft" / "nobnb" / "manifest.json").read_text())
-    assert manifest["config"]["optim"] == "adamw_torch" and manifest["config"]["model"]["load_in_4bit"] is False
+    assert manifest["config"]["trl"]["optim"] == "adamw_torch" and manifest["config"]["model"]["load_in_4bit"] is False

@@ -41,7 +41,7 @@ def test_gpu_smoke_dry_run_prints_every_step_and_runs_nothing():
     assert "kill -9" in rows["grpo"][2] and "--resume" in rows["resume"][2]
     assert "configs/gpu_smoke_trl.toml" in rows["grpo-trl"][2]
     assert rows["serve"][2].startswith(f"{ROOT / 'runs' / 'gpu_smoke' / 'venv' / 'bin' / 'vllm'} serve ")
-    assert "--max-lora-rank 64" in proc.stdout and "--limit 20" in proc.stdout
+    assert "--max-lora-rank 64" in proc.stdout and "--split heldout" in rows["eval"][2]
     assert logs.exists() == existed  # the dry run wrote nothing
 
 
@@ -75,26 +75,33 @@ def test_gpu_smoke_refuses_unknown_arguments():
 
 def test_gpu_smoke_presets_are_t4_shaped_and_match_what_the_script_checks():
     """The smoke trains as colab_qwen3_4b does on a T4 (4-bit SFT with merge, 4-bit GRPO with fast_inference), on
-    every card: each card has a table, so the detected card's applies, and each fits (agentrl gpu-plan)."""
-    from agentrl.core.config import load_preset
-    from agentrl.train.gpu_plan import CARDS, apply_card, plans
-    from agentrl.train.grpo import grpo_config
-    from agentrl.train.sft import sft_config
+    every card: each card has a table, so the detected card's applies, and each fits (agentrl gpu-plan). The
+    served adapter is evaluated on the held-out split the script expects 20 answers from, GRPO's own held-out
+    questions."""
+    from agentrl.app.presets import load
+    from agentrl.envs import registry
+    from agentrl.train.gpu_plan import CARDS, plans
 
-    preset = load_preset("gpu_smoke")
-    sft, grpo = sft_config(preset), grpo_config(preset)
+    preset = load("gpu_smoke")
+    sft, grpo = preset.sft(), preset.grpo()
     assert (sft.max_steps, sft.save_steps, sft.merge, sft.model.backend, sft.model.load_in_4bit) == (
         20, 10, True, "unsloth", True)
     assert (grpo.max_steps, grpo.save_steps, grpo.model.load_in_4bit, grpo.model.fast_inference) == (4, 2, True, True)
     assert grpo.adapter == f"runs/sft/{sft.name}/adapter" and sft.name == "gpu-smoke"
-    assert preset["eval"]["endpoint"]["model"] == "smoke"
-    t4 = apply_card(load_preset("colab_qwen3_4b"), "T4")
-    assert (sft_config(t4).model.load_in_4bit, grpo_config(t4).model.load_in_4bit,
-            grpo_config(t4).model.fast_inference, sft_config(t4).merge) == (True, True, True, True)
-    assert set(preset["gpu"]) == set(CARDS)
+    assert preset.get("eval")["endpoint"]["model"] == "smoke"
+    served = load("gpu_smoke", ["eval.split=heldout"]).eval()
+    heldout = registry.split_rows(registry.get(served.env), "heldout", served.env_settings, preset.data)
+    assert len(heldout) == 20 and heldout == registry.split_rows(registry.get(grpo.env), "heldout",
+                                                                 grpo.env_settings, preset.data)
+    t4 = load("colab_qwen3_4b", card="T4")
+    assert (t4.sft().model.load_in_4bit, t4.grpo().model.load_in_4bit, t4.grpo().model.fast_inference,
+            t4.sft().merge) == (True, True, True, True)
+    assert set(preset.get("gpu")) == set(CARDS)
     for card in CARDS:
-        assert all(p.fits for p in plans(apply_card(preset, card), card)), card
-    trl = grpo_config(load_preset("gpu_smoke_trl"))
+        on_card = load("gpu_smoke", card=card)
+        assert all(p.fits for p in plans(on_card.sft(), on_card.grpo(), card)), card
+    trl_preset = load("gpu_smoke_trl")
+    trl = trl_preset.grpo()
     assert (trl.model.backend, trl.use_vllm, trl.vllm_mode, trl.max_steps, trl.name) == (
         "transformers", True, "colocate", 2, "gpu-smoke-trl")
-    assert trl.adapter == grpo.adapter and load_preset("gpu_smoke_trl")["corpus"]["name"] == preset["corpus"]["name"]
+    assert trl.adapter == grpo.adapter and trl_preset.get("corpus")["name"] == preset.get("corpus")["name"]

@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
+from agentrl.core.heldout import HeldOut
 from agentrl.rollout.rewards import answer_em, answer_f1, format_reward, make_judge_reward, tool_use
-from agentrl.train.grpo import GRPOSettings, run_grpo
-from agentrl.train.models import ModelConfig
+from agentrl.train.configs import GRPOSettings
+from agentrl.train.grpo import run_grpo
 from conftest import (
     DBBENCH,
     HOTPOT,
     SCRIPTED,
-    check_preset,
     free_port,
     run_cli_on_unsloth_cpu,
     start_process,
@@ -22,13 +22,18 @@ from conftest import (
     train_grpo_capturing,
 )
 
+GRPO_TABLE = {"num_generations": 4, "per_device_train_batch_size": 8, "max_steps": 2, "learning_rate": 3e-4,
+              "lr_scheduler_type": "constant", "optim": "adamw_torch", "gradient_checkpointing": False,
+              "max_completion_length": 256, "max_tool_calling_iterations": 2, "eval_questions": 0, "report_to": [],
+              "log_completions": False, "logging_steps": 1, "seed": 1}
 
-def settings(trained, tiny_model, **kw) -> GRPOSettings:
-    base = dict(model=ModelConfig(name=str(tiny_model)), adapter=str(trained.out / "adapter"), num_generations=4,
-                batch_size=8, max_steps=2, learning_rate=3e-4, max_completion_length=256,
-                max_tool_calling_iterations=2, train_questions=60, top_k=2, passage_chars=120, eval_questions=0,
-                report_to=[], log_completions=False, seed=1)
-    return GRPOSettings(**{**base, **kw})
+
+def settings(trained, tiny_model, small_index, rewards=None, **kw) -> GRPOSettings:
+    """GRPO from the SFT adapter on questions 0..59 (60.. held out) over the small test index."""
+    search = {"index": str(small_index), "qa": str(HOTPOT), "train": 60, "heldout": 140, "top_k": 2,
+              "passage_chars": 120, "max_tool_calls": 3, "max_turns": 4, **({"rewards": rewards} if rewards else {})}
+    return GRPOSettings.of(**{"model": {"name": str(tiny_model)}, "adapter": str(trained.out / "adapter"),
+                              "search": search, **GRPO_TABLE, **kw})
 
 
 def call(query: str) -> dict:
@@ -126,9 +131,10 @@ def test_judge_reward_retries_empty_replies_then_falls_back(empty_judge_url, tmp
     assert logged["judge/fallback_share"] == pytest.approx(2 / 3)
 
 
+@pytest.mark.slow
 def test_grpo_rollouts_call_real_tools_and_no_tool_output_carries_loss(trained, tiny_model, small_index, tmp_path):
-    trainer, trained_text, masked_text = train_grpo_capturing(settings(trained, tiny_model, max_steps=2),
-                                                              check_preset(small_index), tmp_path)
+    trainer, trained_text, masked_text = train_grpo_capturing(settings(trained, tiny_model, small_index, max_steps=2),
+                                                              {}, tmp_path)
     assert any(h.get("tools/call_frequency", 0) > 0 for h in trainer.state.log_history)
     assert any("Doc 1 (Title:" in m for m in masked_text), "no rollout received a real search result"
     for t, m in zip(trained_text, masked_text, strict=True):
@@ -139,7 +145,7 @@ def test_grpo_rollouts_call_real_tools_and_no_tool_output_carries_loss(trained, 
 
 
 def test_a_rollout_ending_on_an_unanswered_call_with_rounds_left_counts_as_cut_by_length():
-    from agentrl.train.length_budget import cut_by_length
+    from agentrl.train.trainers import cut_by_length
 
     result = {"role": "tool", "name": "search", "content": "Doc 1 ..."}
     assert not cut_by_length(GOOD, 2) and not cut_by_length(NO_TOOL, 2) and not cut_by_length([], 2)
@@ -147,38 +153,37 @@ def test_a_rollout_ending_on_an_unanswered_call_with_rounds_left_counts_as_cut_b
     assert cut_by_length([call("Ed Wood"), result, call("Tim Burton")], 2)
     assert not cut_by_length([call("a"), result, call("b"), result, call("c")], 2)  # the iteration limit instead
 
+def test_a_completion_budget_smaller_than_an_episode_is_counted_and_warned_about():
+    """Hand-made rollouts: one answered, three ended on a call whose result did not fit the budget (TRL drops the
+    result and ends the rollout); the share is logged every step, the warning given above WARN_SHARE."""
+    from agentrl.train.trainers import WARN_SHARE, budget_note
 
-def test_a_completion_budget_smaller_than_an_episode_is_logged_and_warned(trained, tiny_model, small_index, tmp_path,
-                                                                          caplog, monkeypatch):
-    """A call fits in 64 tokens, the call and its result do not: TRL drops the result and ends the rollout without
-    an answer. The tiny model calls in about 1 rollout of 8, hence the lower warning threshold here."""
-    from agentrl.train import length_budget
+    cut = [call("Ed Wood")]
+    share, warning = budget_note([GOOD, cut, cut, cut], 2, 64)
+    assert share == 0.75 > WARN_SHARE
+    assert warning.startswith("GRPO: 3 of 4 rollouts ran out of max_completion_length = 64 before answering")
+    assert budget_note([GOOD, NO_TOOL, cut, GOOD], 2, 64) == (0.25, None)  # at the threshold: logged, not warned
 
-    monkeypatch.setattr(length_budget, "WARN_SHARE", 0.05)
-    with caplog.at_level("WARNING", logger="agentrl.train.length_budget"):
-        result = run_grpo(settings(trained, tiny_model, name="cut", max_steps=1, max_completion_length=64),
-                          check_preset(small_index), runs=tmp_path)
+
+@pytest.mark.slow
+def test_a_run_whose_budget_holds_a_call_but_not_its_result_counts_every_call_as_cut(trained, tiny_model,
+                                                                                      small_index, tmp_path):
+    """64 tokens hold a call, not the call and its result: whatever the model samples, every rollout that calls is
+    cut (the result never comes back), so rollouts are cut exactly when some call, and never more than call."""
+    result = run_grpo(settings(trained, tiny_model, small_index, name="cut", max_steps=1,
+                               max_completion_length=64), HeldOut(), runs=tmp_path)
     h = result.metrics["history"][0]
-    assert h["tools/call_frequency"] > 0 and h["tools/cut_by_length"] == h["tools/call_frequency"], h  # every call
-    assert "ran out of max_completion_length = 64 before answering" in caplog.text
+    assert (h["tools/cut_by_length"] > 0) == (h["tools/call_frequency"] > 0), h
+    assert h["tools/cut_by_length"] <= h["tools/call_frequency"] + 1e-9, h  # a rollout may call twice in one turn
 
 
-def test_on_a_toy_verifiable_task_the_reward_rises(trained, tiny_model, small_index, tmp_path):
-    """Reward: a successful tool call in the rollout. Seeded; mean of the last quarter vs the first."""
-    result = run_grpo(settings(trained, tiny_model, name="toy", rewards={"tool_use": 1.0}, num_generations=8,
-                               batch_size=16, max_steps=24), check_preset(small_index), runs=tmp_path)
-    rewards = [s["reward"] for s in result.metrics["history"]]
-    q = len(rewards) // 4
-    first, last = sum(rewards[:q]) / q, sum(rewards[-q:]) / q
-    print(f"toy task mean reward: first {q} steps {first:.3f}, last {q} steps {last:.3f}")
-    assert len(rewards) == 24 and last > first
 
-
+@pytest.mark.slow
 def test_run_writes_adapter_and_evaluates_the_current_policy(trained, tiny_model, small_index, tmp_path, capfd):
     capfd.readouterr()
-    result = run_grpo(settings(trained, tiny_model, name="ev", max_steps=2, eval_every=1, eval_questions=3,
-                               rewards={"answer_f1": 1.0, "format": 0.2}, report_to=["tensorboard"]),
-                      check_preset(small_index), runs=tmp_path)
+    result = run_grpo(settings(trained, tiny_model, small_index, name="ev", max_steps=2, eval_every=1,
+                               eval_questions=3, rewards={"answer_f1": 1.0, "format": 0.2},
+                               report_to=["tensorboard"]), HeldOut(), runs=tmp_path)
     out = tmp_path / "grpo" / "ev"
     # a progress line, not transformers' log dicts; every step and held-out evaluation in log.jsonl and TensorBoard
     printed = capfd.readouterr().out
@@ -202,7 +207,7 @@ def test_run_writes_adapter_and_evaluates_the_current_policy(trained, tiny_model
     assert {"rewards/answer_f1", "rewards/format", "tools/call_frequency", "frac_reward_zero_std",
             "completions/mean_length", "groups/skipped", "groups/total",
             "tools/cut_by_length"} <= set(metrics["history"][0])
-    assert all(h["tools/cut_by_length"] == 0 for h in metrics["history"])  # 256 tokens hold a call and its result
+    assert all(0 <= h["tools/cut_by_length"] <= 1 for h in metrics["history"])  # a share, whatever was sampled
     for h in metrics["history"]:  # the equal-reward groups skipped are those TRL counts as zero-std
         assert h["groups/total"] == 2 and h["groups/skipped"] == round(h["frac_reward_zero_std"] * 2)
     assert (out / "eval" / "step_2" / "trajectories.jsonl").exists()
@@ -212,18 +217,18 @@ def test_run_writes_adapter_and_evaluates_the_current_policy(trained, tiny_model
     assert result.metrics["evals"][-1]["n"] == 3
 
 
+@pytest.mark.slow
 def test_a_judge_that_only_returns_empty_replies_does_not_stop_training(trained, tiny_model, small_index,
                                                                         empty_judge_url, tmp_path):
-    from agentrl.rollout.judge import JudgeConfig
-
-    cfg = settings(trained, tiny_model, name="judge", rewards={"judge": 1.0, "tool_use": 0.1},
-                   judge=JudgeConfig(model="j", base_url=empty_judge_url, api_key="EMPTY", retries=1,
-                                     cache_dir=str(tmp_path / "cache")))
-    result = run_grpo(cfg, check_preset(small_index), runs=tmp_path)
+    cfg = settings(trained, tiny_model, small_index, name="judge", rewards={"judge": 1.0, "tool_use": 0.1},
+                   judge={"model": "j", "base_url": empty_judge_url, "api_key": "EMPTY", "retries": 1,
+                          "cache_dir": str(tmp_path / "cache")})
+    result = run_grpo(cfg, HeldOut(), runs=tmp_path)
     assert result.metrics["history"] and all("rewards/judge" in s for s in result.metrics["history"])
     assert result.metrics["reward_funcs"] == ["judge", "tool_use"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("unsloth") is None, reason="unsloth is not installed (GPU path only)")
 @pytest.mark.parametrize("from_adapter", [False, True], ids=["fresh-lora", "from-sft-adapter"])
 def test_unsloth_backend_runs_grpo_steps_with_tools_on_its_cpu_path(trained, tiny_model, small_index, tmp_path,
@@ -233,12 +238,12 @@ def test_unsloth_backend_runs_grpo_steps_with_tools_on_its_cpu_path(trained, tin
     A subprocess: importing unsloth patches trl and transformers for the whole process."""
     adapter = f'adapter = "{trained.out / "adapter"}"\n' if from_adapter else ""
     preset = tmp_path / "u.toml"
-    preset.write_text(f'[grpo]\nname = "u"\n{adapter}num_generations = 4\nbatch_size = 4\nmax_steps = 2\n'
-                      f'max_completion_length = 128\nmax_tool_calling_iterations = 2\ntrain_questions = 20\n'
-                      f'top_k = 2\npassage_chars = 120\neval_questions = 2\nreport_to = []\nlog_completions = false\n'
-                      f'[grpo.rewards]\nanswer_f1 = 1.0\ntool_use = 0.5\n'
-                      f'[grpo.model]\nname = "{tiny_model}"\nbackend = "unsloth"\n'
-                      f'[eval]\nindex = "{small_index}"\nqa = "{HOTPOT}"\n[eval.run]\nmax_turns = 3\n')
+    preset.write_text(f'[grpo]\nname = "u"\n{adapter}num_generations = 4\nper_device_train_batch_size = 4\n'
+                      f'max_steps = 2\nmax_completion_length = 128\nmax_tool_calling_iterations = 2\n'
+                      f'eval_questions = 2\nreport_to = []\nlog_completions = false\n'
+                      f'[grpo.search]\nindex = "{small_index}"\nqa = "{HOTPOT}"\ntrain = 20\ntop_k = 2\n'
+                      f'passage_chars = 120\nmax_turns = 3\nrewards = {{answer_f1 = 1.0, tool_use = 0.5}}\n'
+                      f'[grpo.model]\nname = "{tiny_model}"\nbackend = "unsloth"\n')
     run_cli_on_unsloth_cpu(["grpo", "--config", str(preset)], tmp_path)
     out = tmp_path / "runs" / "grpo" / "u"
     metrics = json.loads((out / "metrics.json").read_text())

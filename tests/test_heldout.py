@@ -1,103 +1,285 @@
-"""Held-out hygiene as an invariant: for every shipped preset, no evaluation or GRPO held-out item reaches SFT or
-GRPO training data, whatever rows phase 01 synthesised trajectories on (here: every evaluation row of the preset's
-environments, held-out ones included, as a teacher run over the whole QA file produces)."""
+"""Held-out hygiene through every training data path's real entry point: held-out items of a preset are planted into
+the input of `agentrl curate`, `agentrl sft` (with and without --config), notebook 03 run headless, `agentrl grpo`,
+`agentrl sample`, `agentrl export --pairs --successes`, `agentrl dpo` and `agentrl rft` (under their own ids, under
+new ids, under a held-out id with a new question), and what each run trained on (its ``train_items.jsonl``, its
+curated or exported files) holds none of them; each run says how many it dropped and records it in its manifest."""
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 
-from agentrl.app.presets import load
-from agentrl.core.config import REPO_ROOT
-from agentrl.core.metrics import same_item_key
+from agentrl.core.io import read_jsonl
+from agentrl.core.metrics import normalize_answer
+from conftest import DBBENCH, HOTPOT, ROOT
 
-PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml"))
+pytestmark = pytest.mark.slow
 
-
-def synthesised_rows(preset: dict) -> list[dict]:
-    """Every row phase 01 could have produced a trajectory for: the [eval] rows from 0 with no limit, the rows of
-    a separate GRPO training file, and each GRPO environment's evaluation rows."""
-    from agentrl.envs import registry
-    from agentrl.rollout.evaluate import eval_config, load_rows
-    from agentrl.train.grpo import grpo_config
-
-    rows = load_rows(eval_config(preset, offset=0, limit=10**6), preset)  # the whole file, whatever [eval] limits
-    if grpo_config(preset).qa and grpo_config(preset).env == registry.DEFAULT:  # a separate training file
-        rows += load_rows(eval_config(preset, qa=grpo_config(preset).qa, offset=0, limit=10**6), preset)
-    envs = {grpo_config(preset).env, *(k[5:] for k in preset if k.startswith("grpo_"))} - {registry.DEFAULT, "mixed"}
-    for env in sorted(envs):
-        rows += [{**r, "env": env} for r in registry.get(env).rows("eval", None, 40, preset)]
-    return rows
+ROWS = read_jsonl(HOTPOT)
+HELD = ROWS[180:]  # the preset below holds out the last 20 questions of the sample ([eval.search] heldout = 20)
+DB = read_jsonl(DBBENCH)  # AgentBench DB Bench dev: the SQL environment's held-out split
 
 
-def multihop_rag_sample(name: str, tmp_path) -> list[str]:
-    """Return the ``--set`` overrides that point a preset reading ``runs/multihop_rag/`` at the small hub-layout
-    sample converted into ``tmp_path`` (the bundled-sample stand-in for the hub download); [] for other presets."""
-    from agentrl.data.multihop_rag import prepare
-    from multihop_sample import write_hub_layout
-
-    if "runs/multihop_rag/" not in (REPO_ROOT / "configs" / f"{name}.toml").read_text():
-        return []
-    d = tmp_path / "mhr"
-    prepare(write_hub_layout(tmp_path / "hub"), d)
-    return [f'eval.qa="{d}/validation.jsonl"', f'eval.heldout_qa="{d}/validation.jsonl"', f'grpo.qa="{d}/train.jsonl"',
-            "grpo.eval_questions=5"]
+def planted_search() -> list[dict]:
+    """Held-out search questions as a trajectory source would carry them: renamed (``seed_0``...), under their own id,
+    and a held-out id with another question; then training questions."""
+    renamed = [{**r, "id": f"seed_{i}"} for i, r in enumerate(HELD[:3])]
+    own = [HELD[3]]
+    same_id = [{**ROWS[0], "id": HELD[4]["id"], "question": "A question nobody held out, under a held-out id?"}]
+    return renamed + own + same_id + ROWS[:8]
 
 
-def trajectory(row: dict) -> dict:
-    """A successful trajectory of ``row`` in the trajectory format (what the oracle or a teacher writes)."""
-    return {"id": row["id"], "question": row["question"], "env": row.get("env") or "search", "policy": "oracle",
+PLANTED_QUESTIONS = {normalize_answer(r["question"]) for r in planted_search()[:5]}
+PLANTED_IDS = {r["id"] for r in planted_search()[:5]}
+
+
+def is_planted(item: dict) -> bool:
+    return str(item.get("id")) in PLANTED_IDS or normalize_answer(item.get("question") or "") in PLANTED_QUESTIONS
+
+
+def trajectory(row: dict, ok: bool = True, answer: str = "x") -> dict:
+    """A trajectory of ``row`` in the trajectory format: a search call, its result, an answer."""
+    call = {"id": "c0", "type": "function", "function": {"name": "search", "arguments": json.dumps({"query": "q"})}}
+    return {"id": row["id"], "question": row["question"], "env": "search", "policy": "oracle", "model": "oracle",
+            "golden_answers": row.get("golden_answers") or [],
             "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": row["question"]},
-                         {"role": "assistant", "content": "<answer>x</answer>"}],
-            "metrics": {"f1": 1.0, "em": 1.0}, "finish": "answer", "prediction": "x"}
+                         {"role": "assistant", "content": "", "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": "c0", "name": "search", "content": "Doc 1 (Title: t) x"},
+                         {"role": "assistant", "content": f"<answer>{answer}</answer>"}],
+            "tools": [], "prediction": answer, "metrics": {"f1": float(ok), "em": float(ok), "format": float(ok)},
+            "finish": "answer", "error": None, "usage": {"turns": 2, "tool_calls": 1}}
 
 
-@pytest.mark.parametrize("name", PRESETS)
-def test_no_held_out_item_of_a_preset_reaches_its_training_data(name, tmp_path, capsys):
-    from agentrl.core.metrics import drop_heldout
-    from agentrl.data.curate import curate, data_config
-    from agentrl.train.grpo import grpo_config, split_rows
-    from agentrl.train.heldout import heldout_keys
-
-    preset = load(name, multihop_rag_sample(name, tmp_path))
-    keys = heldout_keys(preset)
-    assert keys, f"{name} holds nothing out: its evaluations would measure training items"
-    rows = synthesised_rows(preset)
-    leaked = [r for r in rows if same_item_key(r) in keys]
-    assert leaked, "the synthesis covers held-out items (the path the invariant guards)"
-    (tmp_path / "t.jsonl").write_text("".join(json.dumps(trajectory(r)) + "\n" for r in rows))
-    cfg = data_config(preset, min_grounded=None, balance_by=[], max_examples=None)
-    report = curate([str(tmp_path / "t.jsonl")], cfg, tmp_path / "data", keys)
-    heldout_step = next(s for s in report["steps"] if s["step"] == "heldout")
-    assert heldout_step["removed"] == len(leaked)
-    curated = [json.loads(line) for f in ("train.jsonl", "validation.jsonl") if (tmp_path / "data" / f).exists()
-               for line in (tmp_path / "data" / f).read_text().splitlines()]
-    assert curated and not {same_item_key(t) for t in curated} & keys
-    for env in dict.fromkeys([grpo_config(preset).env, *(k[5:] for k in preset if k.startswith("grpo_"))]):
-        train = drop_heldout(split_rows(grpo_config(preset, env=env), preset)[0], keys, "GRPO training rows")
-        assert train and not {same_item_key(r) for r in train} & keys
+def sft_row(row: dict) -> dict:
+    t = trajectory(row)
+    return {"id": row["id"], "messages": [{k: v for k, v in m.items() if k != "tool_call_id"} for m in t["messages"]],
+            "tools": "[]"}
 
 
-def test_sft_drops_rows_of_held_out_items_and_says_how_many(tmp_path, capsys):
-    from datasets import Dataset
-
-    from agentrl.train.heldout import heldout_rows
-    from agentrl.train.sft import SFTData, without_heldout
-
-    preset = load("demo")
-    held = heldout_rows(preset)[:3]
-    rows = [{"id": r["id"], "messages": [{"role": "user", "content": r["question"]}], "tools": "[]"} for r in held]
-    rows.append({"id": "dev_0", "messages": [{"role": "user", "content": "Were Scott Derrickson and Ed Wood of the "
-                                                                          "same nationality?"}], "tools": "[]"})
-    data = without_heldout(SFTData(Dataset.from_list(rows), None, {}, tmp_path / "train.jsonl", None, True), preset)
-    assert data.train["id"] == ["dev_0"] and data.counts["heldout_dropped"] == 3
-    assert "dropped 3 SFT rows" in capsys.readouterr().out
+def write_jsonl(path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def test_humaneval_evaluation_items_are_never_code_training_items():
-    from agentrl.envs import registry
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, tiny_model):
+    """A working directory with the preset and every path's planted input."""
+    d = tmp_path_factory.mktemp("heldout")
+    write_jsonl(d / "eval" / "trajectories.jsonl", [trajectory(r) for r in planted_search()])
+    sft = [sft_row(r) for r in planted_search()]
+    write_jsonl(d / "sftdata" / "trl" / "train.jsonl", sft)
+    write_jsonl(d / "sftdata" / "trl" / "validation.jsonl", sft[:2] + sft[-1:])
+    # SQL training tasks (DB Bench layout): three held-out DB Bench dev tasks in a file of its own (new ids), and
+    # three that are not held out (the same tables, another question)
+    tasks = [DB[2], DB[3], DB[4]] + [{**rec, "description": rec["description"] + " Answer for the planted test."}
+                                      for rec in DB[5:8]]
+    write_jsonl(d / "sql_tasks.jsonl", tasks)
+    (d / "p.toml").write_text(f"""
+[corpus]
+qa = "{HOTPOT}"
 
-    spec = registry.get("code")
-    train = {r["id"] for r in spec.rows("train")}
-    evaluated = {r["id"] for r in spec.rows("eval")}
-    assert len(train) == 100 and len(evaluated) == 64 and not train & evaluated
-    assert {r["id"] for r in spec.rows("eval", "train")} == train  # --qa train: the training pool on purpose
+[eval]
+name = "e"
+policy = "oracle"
+[eval.search]
+qa = "{HOTPOT}"
+heldout = 20
+
+[data]
+name = "cur"
+min_f1 = 0.0
+val_fraction = 0.0
+balance_by = []
+
+[sft]
+name = "s"
+data = "{d / 'sftdata'}"
+max_steps = 1
+per_device_train_batch_size = 2
+gradient_checkpointing = false
+optim = "adamw_torch"
+report_to = []
+check_questions = 0
+[sft.model]
+name = "{tiny_model}"
+backend = "transformers"
+
+[grpo]
+name = "g"
+env = "sql"
+adapter = ""
+num_generations = 2
+per_device_train_batch_size = 2
+max_steps = 1
+max_completion_length = 48
+max_tool_calling_iterations = 1
+gradient_checkpointing = false
+optim = "adamw_torch"
+report_to = []
+log_completions = false
+eval_questions = 0
+[grpo.sql]
+train_qa = "{d / 'sql_tasks.jsonl'}"
+[grpo.model]
+name = "{tiny_model}"
+backend = "transformers"
+
+[sample]
+name = "smp"
+k = 2
+max_new_tokens = 8
+batch = 6
+
+[dpo]
+name = "d"
+data = "{d / 'pairs.jsonl'}"
+adapter = "none"
+max_steps = 1
+per_device_train_batch_size = 2
+gradient_checkpointing = false
+report_to = []
+max_length = 512
+[dpo.model]
+name = "{tiny_model}"
+backend = "transformers"
+
+[rft]
+name = "r"
+data = "{d / 'succ'}"
+max_steps = 1
+per_device_train_batch_size = 2
+gradient_checkpointing = false
+report_to = []
+check_questions = 0
+[rft.model]
+name = "{tiny_model}"
+backend = "transformers"
+""")
+    return d
+
+
+def cli(work, *args, check=True) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "agentrl.cli", *args], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=900)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def manifest(path) -> dict:
+    return json.loads((path / "manifest.json").read_text())
+
+
+def test_curation_drops_held_out_trajectories_under_any_id(work):
+    out = cli(work, "curate", "eval", "--config", "p.toml")
+    curated = read_jsonl(work / "runs" / "data" / "cur" / "train.jsonl")
+    assert curated and not any(is_planted(t) for t in curated)
+    assert re.search(r"heldout: -5\s", out), out
+    assert manifest(work / "runs" / "data" / "cur")["heldout"]["dropped"]["trajectories"] == 5
+
+
+@pytest.mark.slow
+def test_sft_trains_on_no_held_out_row_from_the_command_line(work):
+    out = cli(work, "sft", "--config", "p.toml")
+    items = read_jsonl(work / "runs" / "sft" / "s" / "train_items.jsonl")
+    assert len(items) == 8 and not any(is_planted(i) for i in items)
+    assert "held-out hygiene: dropped 5 of 13 SFT rows" in out
+    assert manifest(work / "runs" / "sft" / "s")["counts"]["heldout_dropped"] == 5
+
+
+@pytest.mark.slow
+def test_sft_without_a_preset_still_drops_the_environments_held_out_items(work, tiny_model):
+    """No --config: the held-out set is the environments' defaults (DB Bench dev among them); a DB Bench dev task in
+    the SFT data is dropped, and the line says which held-out items it could not know."""
+    rows = [{"id": "db_3_renamed", "messages": [{"role": "user", "content": _db_question(3)},
+                                                {"role": "assistant", "content": "<answer>x</answer>"}],
+             "tools": "[]"}] + [sft_row(r) for r in ROWS[:4]]
+    write_jsonl(work / "noconfig" / "trl" / "train.jsonl", rows)
+    out = cli(work, "sft", "--data", "noconfig", "--model", str(tiny_model), "--backend", "transformers",
+              "--max-steps", "1", "--check-questions", "0", "--name", "nc")
+    items = read_jsonl(work / "runs" / "sft" / "nc" / "train_items.jsonl")
+    assert [i["id"] for i in items] == [r["id"] for r in ROWS[:4]]
+    assert "held-out set: no default held-out items for search" in out and "dropped 1 of 5 SFT rows" in out
+
+
+def _db_question(i: int) -> str:
+    from agentrl.envs.sql.dbbench import load_dbbench
+
+    return load_dbbench(DBBENCH)[i]["question"]
+
+
+@pytest.mark.slow
+def test_notebook_03_run_headless_trains_on_no_held_out_row(work):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "AGENTRL_WORKDIR": str(work)}
+    proc = subprocess.run([sys.executable, str(ROOT / "notebooks" / "03_sft.py"), "--", "--config",
+                           str(work / "p.toml"), "--name", "nb"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    items = read_jsonl(work / "runs" / "sft" / "nb" / "train_items.jsonl")
+    assert len(items) == 8 and not any(is_planted(i) for i in items)
+    assert "dropped 5 of 13 SFT rows" in proc.stdout
+
+
+@pytest.mark.slow
+def test_grpo_and_sampling_take_no_held_out_sql_task_from_a_training_file(work):
+    out = cli(work, "grpo", "--config", "p.toml")
+    held = {normalize_answer(_db_question(i)) for i in (2, 3, 4)}
+    items = read_jsonl(work / "runs" / "grpo" / "g" / "train_items.jsonl")
+    assert len(items) == 3 and not {normalize_answer(i["question"]) for i in items} & held
+    assert "dropped 3 of 6 GRPO training rows" in out
+    assert manifest(work / "runs" / "grpo" / "g")["heldout"]["dropped"] == {"GRPO training rows": 3}
+    out = cli(work, "sample", "--config", "p.toml")
+    outcomes = read_jsonl(work / "runs" / "sample" / "smp" / "outcomes.jsonl")
+    assert len(outcomes) == 3 and not {normalize_answer(o["question"]) for o in outcomes} & held
+    assert "dropped 3 of 6 GRPO training rows" in out
+
+
+def test_pair_and_success_export_drops_held_out_items_of_a_sample_run(work):
+    """A sample run made elsewhere (here: by hand) with held-out items among its attempts."""
+    run = work / "runs" / "sample" / "planted"
+    items = planted_search()
+    for j, ok in enumerate((True, False)):
+        write_jsonl(run / "attempts" / f"a{j}" / "trajectories.jsonl",
+                    [trajectory(r, ok, answer="yes" if ok else "no") for r in items])
+    write_jsonl(run / "outcomes.jsonl", [{"id": r["id"], "question": r["question"], "success": [True, False],
+                                          "successes": 1} for r in items])
+    (run / "manifest.json").write_text(json.dumps({"config": {"k": 2}}))
+    out = cli(work, "export", str(run), "--pairs", "--successes", "--config", "p.toml")
+    pairs = read_jsonl(run / "pairs" / "train.jsonl")
+    successes = read_jsonl(run / "successes" / "train.jsonl")
+    assert len(pairs) == 8 and not any(is_planted({"id": p["id"], "question": p["prompt"][1]["content"]})
+                                       for p in pairs)
+    assert len(successes) == 8 and not any(is_planted(t) for t in successes)
+    assert out.count("dropped 5 of 13 sampled items") == 2
+
+
+@pytest.mark.slow
+def test_dpo_and_rejection_sampling_train_on_no_held_out_item(work):
+    run = work / "runs" / "sample" / "planted"
+    pairs = read_jsonl(run / "pairs" / "train.jsonl")
+    planted = [{**pairs[0], "id": f"seed_{i}", "prompt": [pairs[0]["prompt"][0],
+                                                          {"role": "user", "content": r["question"]}]}
+               for i, r in enumerate(HELD[:4])]
+    write_jsonl(work / "pairs.jsonl", planted + pairs)
+    out = cli(work, "dpo", "--config", "p.toml")
+    items = read_jsonl(work / "runs" / "dpo" / "d" / "train_items.jsonl")
+    assert len(items) == 8 and not any(is_planted(i) or i["question"] in {r["question"] for r in HELD}
+                                       for i in items)
+    assert "dropped 4 of 12 preference pairs" in out
+    write_jsonl(work / "succ" / "trl" / "train.jsonl", [sft_row(r) for r in planted_search()])
+    out = cli(work, "rft", "--config", "p.toml")
+    items = read_jsonl(work / "runs" / "sft" / "r" / "train_items.jsonl")
+    assert len(items) == 8 and not any(is_planted(i) for i in items)
+    assert "dropped 5 of 13 SFT rows" in out
+
+
+@pytest.mark.slow
+def test_a_run_whose_every_row_is_held_out_stops_with_an_error_and_writes_nothing(work):
+    write_jsonl(work / "allheld" / "trl" / "train.jsonl", [sft_row(r) for r in HELD[:3]])
+    out = cli(work, "sft", "--config", "p.toml", "--data", "allheld", "--name", "allheld", check=False)
+    assert "every one of the 3 SFT rows" in out and "is a held-out item of preset p" in out
+    assert not (work / "runs" / "sft" / "allheld").exists()

@@ -83,10 +83,10 @@ def _policy(url, transport, retries=2):
 
 def test_every_hostile_reply_ends_as_its_expected_outcome_and_nothing_leaks(keyed_endpoint, small_retriever, tmp_path,
                                                                            transport):
-    task = search_task(LocalSearch(small_retriever), top_k=2, max_searches=4)
+    task = search_task(LocalSearch(small_retriever), top_k=2, max_searches=4, max_turns=3)
     out = tmp_path / "run"
     metrics = run_batch(_policy(keyed_endpoint, transport), task, _rows(sorted(HOSTILE)), out,
-                        RunConfig(concurrency=16, max_turns=3, progress=False))
+                        RunConfig(concurrency=16, progress=False))
     raw = (out / "trajectories.jsonl").read_bytes()
     lines = raw.decode("utf-8").splitlines()  # strict UTF-8: lone surrogates were replaced before writing
     recs = {r["id"]: r for r in map(json.loads, lines)}
@@ -158,7 +158,7 @@ def test_eval_exits_non_zero_when_every_item_failed_and_names_the_error_kinds(ke
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     qa = tmp_path / "qa.jsonl"
     qa.write_text("".join(json.dumps(r) + "\n" for r in _rows(["status_400", "status_422"])))
-    args = ["eval", "--qa", str(qa), "--index", str(small_index), "--policy", "endpoint", "--base-url",
+    args = ["eval", "--qa", str(qa), "--env-arg", f"index={small_index}", "--policy", "endpoint", "--base-url",
             keyed_endpoint, "--model", "scripted", "--name", "bad", "--endpoint-transport", transport]
     assert main(args) == 1
     assert "2 of 2 items failed: endpoint_rejected 2" in capsys.readouterr().err
@@ -242,6 +242,7 @@ except DataError as exc:
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["unserialisable", "serialisable"])
 def test_a_file_that_stops_taking_records_stops_the_run_cleanly_and_resume_finishes_it(tmp_path, mode):
     from agentrl.envs.math import math_task
@@ -356,9 +357,11 @@ def test_search_command_prints_one_line_for_a_query_without_terms(small_index, c
     assert out.startswith("no passage matches") and "\n" not in out
 
 
-def test_the_search_tool_query_limit_comes_from_eval_and_grpo_config(keyed_endpoint, small_index, small_retriever,
-                                                                      tmp_path):
-    from agentrl.rollout.evaluate import build_task, eval_config
+def test_the_search_tool_query_limit_comes_from_the_eval_and_grpo_search_tables(keyed_endpoint, small_index,
+                                                                                small_retriever, tmp_path):
+    from agentrl.app.presets import load
+    from agentrl.envs.search import SearchSettings
+    from agentrl.rollout.evaluate import EvalConfig, build_task
     from agentrl.train import grpo
 
     async def search(task, query):
@@ -366,12 +369,15 @@ def test_the_search_tool_query_limit_comes_from_eval_and_grpo_config(keyed_endpo
         env.reset(question="Q?", golden_answers=["a"])
         return await env.search(query)
 
-    default = build_task(eval_config({"eval": {"index": str(small_index)}}))
+    default = build_task(EvalConfig(envs={"search": SearchSettings(index=str(small_index))}))
     assert "max_query_chars" not in default.config  # unchanged fingerprint for runs made before the setting
     with pytest.raises(ValueError, match=r"query too long: 2,001 characters \(limit 2,000\)"):
         asyncio.run(search(default, "x" * 2001))
-    preset = {"eval": {"index": str(small_index), "max_query_chars": 40}, "grpo": {"max_query_chars": 30}}
-    evaluated, trained = build_task(eval_config(preset)), grpo.build_task(grpo.grpo_config(preset), preset)
+    preset_file = tmp_path / "limits.toml"
+    preset_file.write_text(f'[eval.search]\nindex = "{small_index}"\nmax_query_chars = 40\n'
+                           f'[grpo.search]\nindex = "{small_index}"\nmax_query_chars = 30\n')
+    preset = load(str(preset_file))
+    evaluated, trained = build_task(preset.eval(), preset.data), grpo.build_task(preset.grpo(), preset.data)
     assert evaluated.config["max_query_chars"] == 40 and trained.config["max_query_chars"] == 30
     assert "(Title:" in asyncio.run(search(evaluated, "Ed Wood film " + "x" * 27))  # 40 characters
     with pytest.raises(ValueError, match=r"41 characters \(limit 40\)"):
@@ -379,7 +385,7 @@ def test_the_search_tool_query_limit_comes_from_eval_and_grpo_config(keyed_endpo
     with pytest.raises(ValueError, match=r"31 characters \(limit 30\)"):
         asyncio.run(search(trained, "x" * 31))
     with pytest.raises(DataError, match="max_query_chars must be a positive integer"):
-        build_task(eval_config({"eval": {"index": str(small_index), "max_query_chars": 0}}))
+        build_task(EvalConfig(envs={"search": SearchSettings(index=str(small_index), max_query_chars=0)}))
     # end to end: a 6,000-character query from the endpoint is a tool error by default and runs under a higher limit
     for limit, expected in ((None, "tool_exception"), (10_000, None)):
         task = search_task(LocalSearch(small_retriever), top_k=2, max_query_chars=limit)
@@ -404,6 +410,7 @@ def mcp_server(small_index):
     stop_process(proc)
 
 
+@pytest.mark.slow
 def test_mcp_server_refuses_long_queries_at_once_with_bounded_memory_and_keeps_serving(mcp_server):
     from mcp import Client
 
@@ -449,6 +456,7 @@ def _long_query(i: int, chars: int) -> str:
 RSS_BOUND_MB = 100
 
 
+@pytest.mark.slow
 def test_mcp_server_memory_stays_bounded_over_distinct_queries_just_under_the_limit(mcp_server):
     from mcp import Client
 

@@ -6,8 +6,9 @@ import json
 import pytest
 
 from agentrl.core.io import DataError
+from agentrl.core.metrics import math_equal
 from agentrl.envs.base import call_tool
-from agentrl.envs.math.env import MathEnv, calculate, load_gsm8k, math_score, verify_answer
+from agentrl.envs.math.env import MathEnv, calculate, load_gsm8k, math_score
 from agentrl.rollout.judge import JudgeConfig, LLMJudge
 
 HELD_OUT = "data/samples/gsm8k_heldout_200.jsonl"
@@ -19,7 +20,8 @@ def rows():
 
 
 def test_gsm8k_rows_carry_the_final_answer_and_the_reference_calculations(rows):
-    assert len(rows) == 200 and rows[0]["id"] == "gsm8k_0"
+    assert len(rows) == 200 and rows[0]["id"] == "gsm8k_heldout_200:0"
+    assert load_gsm8k("data/samples/gsm8k_train_100.jsonl")[0]["id"] == "gsm8k_train_100:0"  # two files, two ids
     assert all(r["golden_answers"][0] and "," not in r["golden_answers"][0] for r in rows)
     assert sum(bool(r["metadata"]["calculations"]) for r in rows) > 150
 
@@ -69,11 +71,11 @@ def test_a_refused_expression_reaches_the_model_as_an_error_and_the_env_keeps_se
                                            ("72 clips", True), ("73", False), ("", False), (None, False),
                                            ("7" * 2000, False)])
 def test_answers_are_verified_by_math_verify(prediction, ok):
-    assert verify_answer(prediction, "72") is ok
+    assert math_equal(prediction, "72") is ok
 
 
 def test_a_thousands_separator_in_the_answer_still_verifies():
-    assert verify_answer("1,200", "1200") and math_score("1,200", {"golden_answers": ["1200"]}, None)["correct"] == 1
+    assert math_equal("1,200", "1200") and math_score("1,200", {"golden_answers": ["1200"]}, None)["correct"] == 1
 
 
 def test_a_bare_string_gold_is_one_answer_for_the_score_and_the_oracle():

@@ -3,6 +3,8 @@
 import asyncio
 import sys
 
+import pytest
+
 from agentrl.retrieval.batcher import BatchSearcher
 from agentrl.retrieval.mcp_server import build_server
 
@@ -29,6 +31,7 @@ async def _exercise(client):
     assert not again.is_error and len(again.structured_content["result"]) == 2
 
 
+@pytest.mark.slow
 def test_mcp_server_answers_a_real_client_over_stdio(small_index):
     from mcp import Client, StdioServerParameters
 

@@ -1,5 +1,6 @@
-"""Mixed-task training: rows in the configured proportions, each routed to its env and scored by its family;
-a real GRPO run on the tiny model (fresh LoRA, CPU) logs every family's reward separately."""
+"""Mixed-task training ([grpo.mixed]: its mixture and member tables): rows in the configured proportions, each routed
+to its env and scored by its family; a real GRPO run on the tiny model (fresh LoRA, CPU) logs every family's reward
+separately."""
 
 import asyncio
 import json
@@ -7,11 +8,14 @@ from collections import Counter
 
 import pytest
 
+from agentrl.core.heldout import HeldOut
 from agentrl.envs.base import call_tool
 from agentrl.envs.code.env import humaneval_tasks
 from agentrl.envs.math.env import load_gsm8k
-from agentrl.envs.mixed.env import MixedEnv, family_summary, mixed_score, mixture_rows
+from agentrl.envs.mixed.env import MixedEnv, mixed_score, mixture_rows
 from agentrl.rollout.rewards import reward_registry, task_success
+from agentrl.train.configs import GRPOSettings
+from agentrl.train.trainers import family_summary
 from conftest import HOTPOT
 
 code_pass = reward_registry()["code_pass"]
@@ -73,16 +77,19 @@ def test_family_summary_is_each_familys_total_reward_and_its_success():
 def test_the_trainer_logs_each_familys_weighted_total_reward_not_its_success(tiny_model, tmp_path):
     """The real trainer's reward step on hand-made completions: <family>/reward is the weighted sum of every
     reward function over that family's rows (1.0 x task_success + 0.5 x format), <family>/success the success."""
-    from agentrl.train.grpo import GRPOSettings, build_task, make_trainer
-    from agentrl.train.models import ModelConfig, load_for_training
+    from agentrl.train.configs import trl_args
+    from agentrl.train.grpo import build_task, derived_args, make_trainer
+    from agentrl.train.models import load_for_training
 
-    cfg = GRPOSettings(name="fam", env="mixed", mixture={"math": 0.5, "code": 0.5}, mixture_rows=4,
-                       model=ModelConfig(name=str(tiny_model)), num_generations=2, batch_size=4, max_steps=1,
-                       rewards={"task_success": 1.0, "format": 0.5}, eval_questions=0, report_to=[],
-                       log_completions=False)
+    cfg = GRPOSettings.of(name="fam", env="mixed", model={"name": str(tiny_model)}, num_generations=2,
+                          per_device_train_batch_size=4, max_steps=1, eval_questions=0, report_to=[],
+                          log_completions=False, optim="adamw_torch", gradient_checkpointing=False,
+                          mixed={"mixture": {"math": 0.5, "code": 0.5}, "train": 4,
+                                 "rewards": {"task_success": 1.0, "format": 0.5}})
     loaded = load_for_training(cfg.model)
     task = build_task(cfg, {})
-    trainer = make_trainer(cfg, loaded, task, [{"prompt": [{"role": "user", "content": "q"}]}], tmp_path)
+    args = trl_args(cfg, derived_args(cfg, loaded.backend, tmp_path))
+    trainer = make_trainer(cfg, args, loaded, task, [{"prompt": [{"role": "user", "content": "q"}]}])
     rows = [{**MATH[0], "env": "math"}, {**MATH[1], "env": "math"},
             {**CODE[0], "env": "code", "task": json.dumps(CODE[0]["metadata"])},
             {**CODE[1], "env": "code", "task": json.dumps(CODE[1]["metadata"])}]
@@ -105,10 +112,12 @@ def test_the_trainer_logs_each_familys_weighted_total_reward_not_its_success(tin
 
 
 def test_held_out_rows_of_a_mixed_run_are_evaluation_items_never_trained_on():
-    from agentrl.train.grpo import GRPOSettings, split_rows
+    from agentrl.train.grpo import heldout_rows, train_rows
 
-    cfg = GRPOSettings(env="mixed", mixture={"textgame": 1, "math": 1, "code": 1}, mixture_rows=6, eval_questions=6)
-    train, held = split_rows(cfg, {})
+    cfg = GRPOSettings.of(env="mixed", mixed={"mixture": {"textgame": 1, "math": 1, "code": 1}, "train": 6,
+                                              "heldout": 6})
+    train, held = train_rows(cfg, HeldOut(), {}), heldout_rows(cfg, {})
+    assert len(train) == len(held) == 6
     folds = {r["env"]: json.loads(r["task"]).get("fold") for r in held}
     assert folds["textgame"] == "dev" and {json.loads(r["task"]).get("fold") for r in train
                                             if r["env"] == "textgame"} == {"train"}
@@ -119,20 +128,24 @@ def test_held_out_rows_of_a_mixed_run_are_evaluation_items_never_trained_on():
     assert all(int(r["id"].split("/")[1]) < 100 for r in train if r["env"] == "code")
 
 
-def test_search_joins_the_mixture_over_the_presets_index_and_a_missing_index_is_named(small_index, tmp_path):
-    from agentrl.core.io import DataError
-    from agentrl.train.grpo import build_task, grpo_config, split_rows
+def mixed_search(index, **kw) -> GRPOSettings:
+    """A mixture of search and math whose search member's table names ``index`` and the sample QA file."""
+    return GRPOSettings.of(env="mixed", eval_questions=2, **kw,
+                           mixed={"mixture": {"search": 0.5, "math": 0.5}, "train": 4, "heldout": 2,
+                                  "search": {"index": str(index), "qa": str(HOTPOT), "top_k": 2}})
 
-    table = {"env": "mixed", "mixture": {"search": 0.5, "math": 0.5}, "mixture_rows": 4, "eval_questions": 2,
-             "top_k": 2}
-    missing = {"grpo": table, "eval": {"index": str(tmp_path / "none")}}
+
+def test_search_joins_the_mixture_over_its_member_tables_index_and_a_missing_index_is_named(small_index, tmp_path):
+    from agentrl.core.io import DataError
+    from agentrl.train.grpo import build_task, heldout_rows, train_rows
+
     with pytest.raises(DataError, match="agentrl index --corpus"):
-        build_task(grpo_config(missing), missing)
-    preset = {"grpo": table, "eval": {"index": str(small_index), "qa": str(HOTPOT)}}
-    cfg = grpo_config(preset)
-    task = build_task(cfg, preset)
+        build_task(mixed_search(tmp_path / "none"), {})
+    cfg = mixed_search(small_index)
+    assert cfg.env_settings.envs["search"].top_k == 2
+    task = build_task(cfg, {})
     assert "`search` tool" in task.system_prompt and "`act`" in task.system_prompt
-    train, held = split_rows(cfg, preset)
+    train, held = train_rows(cfg, HeldOut(), {}), heldout_rows(cfg, {})
     row = next(r for r in train if r["env"] == "search")
     assert {r["id"] for r in held if r["env"] == "search"} <= {f"dev_{i}" for i in range(150, 200)}
     env = task.make_env()
@@ -145,16 +158,20 @@ def test_search_joins_the_mixture_over_the_presets_index_and_a_missing_index_is_
     assert err == "tool_exception" and "its tools: calculator" in content
 
 
+@pytest.mark.slow
 def test_a_mixed_grpo_run_with_search_trains_steps_and_logs_every_familys_reward(tiny_model, small_index, tmp_path):
-    from agentrl.train.grpo import GRPOSettings, run_grpo
-    from agentrl.train.models import ModelConfig
+    from agentrl.train.grpo import run_grpo
 
-    cfg = GRPOSettings(name="mixed", env="mixed", mixture={"math": 1, "code": 1, "search": 1}, mixture_rows=6,
-                       model=ModelConfig(name=str(tiny_model)), num_generations=4, batch_size=8, max_steps=3,
-                       learning_rate=3e-4, max_completion_length=96, max_tool_calling_iterations=1, top_k=2,
-                       passage_chars=100, rewards={"task_success": 1.0, "format": 0.1}, eval_questions=0,
-                       report_to=[], log_completions=False, seed=1)
-    result = run_grpo(cfg, {"eval": {"index": str(small_index), "qa": str(HOTPOT)}}, runs=tmp_path)
+    cfg = GRPOSettings.of(name="mixed", env="mixed", model={"name": str(tiny_model)}, num_generations=4,
+                          per_device_train_batch_size=8, max_steps=3, learning_rate=3e-4, lr_scheduler_type="constant",
+                          optim="adamw_torch", gradient_checkpointing=False, logging_steps=1,
+                          max_completion_length=96, max_tool_calling_iterations=1, eval_questions=0, report_to=[],
+                          log_completions=False, seed=1,
+                          mixed={"mixture": {"math": 1, "code": 1, "search": 1}, "train": 6,
+                                 "rewards": {"task_success": 1.0, "format": 0.1},
+                                 "search": {"index": str(small_index), "qa": str(HOTPOT), "top_k": 2,
+                                            "passage_chars": 100}})
+    result = run_grpo(cfg, HeldOut(), {}, runs=tmp_path)
     assert result.metrics["steps"] == 3 and result.metrics["train_rows"] == 6
     history = json.loads((tmp_path / "grpo" / "mixed" / "metrics.json").read_text())["history"]
     keys = {k for h in history for k in h}
@@ -163,32 +180,32 @@ def test_a_mixed_grpo_run_with_search_trains_steps_and_logs_every_familys_reward
     assert {f"{f}/{m}" for f in ("math", "code", "search") for m in ("reward", "success")} <= keys, keys
 
 
-@pytest.mark.parametrize("env,reward,table", [("textgame", "game_score", "grpo_envs_textgame"),
-                                               ("math", "math_correct", "grpo_envs_math"),
-                                               ("code", "code_pass", "grpo_envs_code"),
-                                               ("mixed", "task_success", "grpo_envs_mixed")])
-def test_each_env_trains_on_its_own_reward_from_the_envs_preset_and_from_a_search_preset(env, reward, table):
-    from agentrl.core.config import load_preset
-    from agentrl.train.grpo import grpo_config, reward_functions
+@pytest.mark.parametrize("env,reward", [("textgame", "game_score"), ("math", "math_correct"), ("code", "code_pass"),
+                                        ("mixed", "task_success")])
+def test_each_env_trains_on_its_own_reward_from_the_envs_preset_and_from_a_search_preset(env, reward):
+    from agentrl.app.presets import load
+    from agentrl.train.grpo import reward_functions
 
-    own = grpo_config(load_preset("envs_demo"), env=env)
-    assert own.env == env and own.name == table and reward in own.rewards and "answer_f1" not in own.rewards
+    own = load("envs_demo", [f'grpo.env="{env}"']).grpo()  # `agentrl grpo --config envs_demo --env ENV`
+    assert own.env == env and reward in own.rewards and "answer_f1" not in own.rewards
+    assert own.rewards == own.envs[env].rewards  # its [grpo.<env>] table's
     assert own.model.name == "runs/models/tiny" and reward_functions(own)[0]
-    # the demo's [grpo] trains search with answer_f1: --env drops its env fields and takes the env's defaults
-    other = grpo_config(load_preset("demo"), env=env, max_steps=1)
-    assert other.name == f"grpo_demo_{env}" and other.qa is None and other.max_steps == 1
-    if env != "mixed":
-        assert list(other.rewards) == [reward, "format"] and other.train_questions is None
+    # the demo's [grpo] trains search ([grpo.search] rewards answer_f1): another env takes that env's defaults
+    other = load("demo", [f'grpo.env="{env}"', "grpo.max_steps=1"]).grpo()
+    assert other.env == env and other.max_steps == 1 and env not in other.envs and "answer_f1" not in other.rewards
+    assert list(other.rewards) == [reward, "format"] and reward_functions(other)[0]
 
 
 def test_a_reward_that_cannot_score_the_env_is_refused_naming_it():
     from agentrl.core.io import DataError
-    from agentrl.train.grpo import GRPOSettings, reward_functions
+    from agentrl.train.grpo import reward_functions
 
-    for env, rewards, match in (("textgame", {"answer_f1": 1.0}, "answer_f1 cannot train env 'textgame'"),
-                                ("math", {"game_score": 1.0}, "game_score scores textgame episodes only"),
-                                ("code", {"answer_em": 1.0}, "answer_em cannot train env 'code'"),
-                                ("mixed", {"sql_execution": 1.0}, "sql_execution scores sql episodes only")):
+    for env, rewards, match in (
+            ("textgame", {"answer_f1": 1.0}, "textgame.rewards.answer_f1.*compares the answer text.*textgame"),
+            ("math", {"game_score": 1.0}, "math.rewards.game_score.*game_score scores textgame episodes only"),
+            ("code", {"answer_em": 1.0}, "code.rewards.answer_em.*compares the answer text.*code"),
+            ("mixed", {"sql_execution": 1.0}, "mixed.rewards.sql_execution.*sql_execution scores sql episodes only")):
+        table = {"rewards": rewards, **({"mixture": {"math": 1.0, "code": 1.0}} if env == "mixed" else {})}
         with pytest.raises(DataError, match=match):
-            reward_functions(GRPOSettings(env=env, rewards=rewards, mixture={"math": 1.0, "code": 1.0}))
-    assert reward_functions(GRPOSettings(env="math", rewards={"answer_em": 1.0, "math_correct": 1.0}))[0]
+            GRPOSettings.of(env=env, **{env: table})
+    assert reward_functions(GRPOSettings.of(env="math", math={"rewards": {"answer_em": 1.0, "math_correct": 1.0}}))[0]

@@ -112,30 +112,31 @@ def test_the_cli_converts_and_names_a_missing_source(hub, tmp_path, capsys):
 def test_the_preset_holds_validation_200_out_of_every_training_path(hub, tmp_path):
     from agentrl.app.presets import load
     from agentrl.data.corpus import load_qa
-    from agentrl.train.grpo import grpo_config, split_rows
-    from agentrl.train.heldout import heldout_keys
+    from agentrl.train.grpo import heldout_rows, train_rows
 
     prepare(hub, tmp_path / "mhr")
     d = tmp_path / "mhr"
-    preset = load("gpu_multihop_rag", [f'eval.qa="{d}/validation.jsonl"', f'eval.heldout_qa="{d}/validation.jsonl"',
-                                       f'grpo.qa="{d}/train.jsonl"', "grpo.eval_questions=5"])
-    keys = heldout_keys(preset)
+    preset = load("gpu_multihop_rag", [f'eval.search.qa="{d}/validation.jsonl"',
+                                       f'eval.heldout_qa="{d}/validation.jsonl"',
+                                       f'grpo.search.qa="{d}/train.jsonl"', "grpo.search.heldout=5"])
+    gate, grpo = preset.heldout, preset.grpo()
     validation = load_qa(d / "validation.jsonl")
-    assert len(keys) == 200 + 5
-    from agentrl.core.metrics import same_item_key
-
-    assert {same_item_key(r) for r in validation} <= keys
-    train, held = split_rows(grpo_config(preset), preset)
-    assert len(train) == 25 and not {same_item_key(r) for r in train} & keys
-    assert grpo_config(preset).trl == {"importance_sampling_level": "sequence", "steps_per_generation": 4}
+    held = heldout_rows(grpo, preset.data)
+    assert len(validation) == 200 and len(held) == 5
+    assert all(gate.matches(r) for r in [*validation, *held])
+    train = train_rows(grpo, gate, preset.data)
+    assert len(train) == 25 and not any(gate.matches(r) for r in train)
+    assert not {r["id"] for r in train} & {r["id"] for r in held}
+    assert (grpo.importance_sampling_level, grpo.steps_per_generation) == ("sequence", 4)  # GSPO
 
 
 @pytest.mark.parametrize("card", ["T4", "L4", "A100-40", "A100-80", "H100"])
 def test_gpu_plan_sizes_the_preset_on_every_card(card):
     from agentrl.app.presets import load
-    from agentrl.train.gpu_plan import apply_card, plans
+    from agentrl.train.gpu_plan import plans
 
-    results = plans(apply_card(load("gpu_multihop_rag"), card), card)
+    preset = load("gpu_multihop_rag", card=card)
+    results = plans(preset.sft(), preset.grpo(), card)
     assert [p.phase for p in results] == ["sft", "grpo"] and all(p.fits for p in results)  # 10% free: test_gpu_plan
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.app import notebook as nb
-from agentrl.core.config import load_preset
+from agentrl.app.presets import load
 from conftest import ROOT, small_preset
 
 NOTEBOOKS = ["00_corpus", "01_agent_eval", "02_trajectories", "03_sft", "04_grpo", "05_preference"]
@@ -45,13 +45,13 @@ def gpu_line(tmp_path, monkeypatch):
 def test_a_gpu_runtime_gets_the_preset_that_fits_its_card_with_its_card_table(gpu_line, line, name, card, table):
     gpu_line(line)
     preset, which = nb.choose_preset({})
-    assert nb.preset_name(preset) == name and preset["_card"] == card
+    assert nb.preset_name(preset) == name and preset.card == card
     assert f"({card})" in which and f"**{name}**" in which and ("[gpu." in which) == table
     if card == "L4":  # the card's table is merged in: 16-bit GRPO with vLLM at 0.65
-        assert preset["grpo"]["model"]["load_in_4bit"] is False
-        assert preset["grpo"]["model"]["gpu_memory_utilization"] == 0.65
+        assert preset.grpo().model.load_in_4bit is False
+        assert preset.grpo().model.gpu_memory_utilization == 0.65
     asked, why = nb.choose_preset({"config": "demo"})
-    assert nb.preset_name(asked) == "demo" and "as asked" in why and asked["_card"] == card
+    assert nb.preset_name(asked) == "demo" and "as asked" in why and asked.card == card
 
 
 def test_without_a_gpu_every_notebook_uses_the_demo_preset(gpu_line):
@@ -66,23 +66,23 @@ def test_every_notebook_chooses_its_preset_the_same_way_and_says_which():
         assert "which" in source.split("nb.choose_preset(args)", 1)[1].split("return", 1)[0], name
 
 
+@pytest.mark.slow
 def test_a_gpu_presets_sft_inputs_are_built_on_a_fresh_runtime_and_grpo_names_notebook_03(tmp_path, monkeypatch):
     """colab_qwen3_4b on a fresh runtime, the model load not executed: notebook 03's inputs (corpus + index, the
     oracle's demonstrations, the curated SFT data) are built with the earlier phases' own calls; notebook 04 then
     finds no SFT adapter and says which notebook to run. The corpus uses the offline MiniLM (no hub here) over
     30 questions' contexts; everything else is the preset's."""
     from agentrl.core.io import read_jsonl
-    from agentrl.train.grpo import grpo_config, split_rows
+    from agentrl.train.grpo import heldout_rows
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").symlink_to(ROOT / "data")
-    preset = load_preset("colab_qwen3_4b")
-    preset["corpus"].update(embedder="minilm", limit=30)
+    preset = load("colab_qwen3_4b", ['corpus.embedder="minilm"', "corpus.limit=30"])
     inputs = nb.phase_inputs(preset, "sft")
     assert inputs.built == ["00 corpus + index", "01 oracle demonstrations", "02 curated SFT data"]
     assert inputs.missing is None
     oracle = read_jsonl(tmp_path / "runs" / "eval" / "oracle" / "trajectories.jsonl")
-    held_out = {r["id"] for r in split_rows(grpo_config(preset), preset)[1]}
+    held_out = {r["id"] for r in heldout_rows(preset.grpo(), preset.data)}
     assert len(oracle) == 150 and len(held_out) == 50 and not held_out & {r["id"] for r in oracle}
     train = read_jsonl(tmp_path / "runs" / "data" / "qwen3-4b-sft" / "trl" / "train.jsonl")
     assert train and all(r["messages"][-1]["role"] == "assistant" for r in train)
@@ -108,6 +108,7 @@ def exported(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_export_writes_every_notebook_with_a_setup_cell_and_kernelspec(exported):
     for name in NOTEBOOKS:
         nb = json.loads((exported / f"{name}.ipynb").read_text())
@@ -118,6 +119,7 @@ def test_export_writes_every_notebook_with_a_setup_cell_and_kernelspec(exported)
         assert any("nb.use_repo_root()" in "".join(c["source"]) for c in nb["cells"][1:3])
 
 
+@pytest.mark.slow
 def test_a_notebook_that_fails_to_export_fails_the_script(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("this is not a marimo notebook (\n")
@@ -145,6 +147,7 @@ def outputs(nb_) -> list[dict]:
     return [o for c in nb_.cells if c.cell_type == "code" for o in c.get("outputs", [])]
 
 
+@pytest.mark.slow
 def test_every_exported_notebook_runs_top_to_bottom_in_a_fresh_kernel(exported, tmp_path, monkeypatch):
     work = tmp_path / "work"
     (work / "configs").mkdir(parents=True)
@@ -193,6 +196,7 @@ def test_grpo_notebook_without_its_sft_adapter_stops_cleanly_under_marimo(tmp_pa
     assert not (work / "runs" / "grpo").exists()
 
 
+@pytest.mark.slow
 def test_eval_notebook_without_a_running_endpoint_runs_the_oracle_or_stops_when_the_endpoint_was_asked_for(tmp_path):
     """A preset that evaluates a served model, on a runtime where nothing serves it: by default notebook 01 says how
     to start the server and runs the oracle's demonstrations (what 02 curates); with `--policy endpoint` it stops
@@ -202,7 +206,9 @@ def test_eval_notebook_without_a_running_endpoint_runs_the_oracle_or_stops_when_
     work = _gpu_workdir(tmp_path)
     preset = tmp_path / "served.toml"
     text = small_preset((ROOT / "configs" / "demo.toml").read_text())
-    text = text.replace('name = "oracle"\npolicy = "oracle"', 'name = "served"\npolicy = "endpoint"', 1)
+    text = text.replace('name = "oracle"\n', 'name = "served"\n', 1)
+    text = text.replace('policy = "oracle"', 'policy = "endpoint"', 1)
+    assert 'name = "served"' in text and 'policy = "endpoint"' in text
     preset.write_text(f'{text}\n[eval.endpoint]\nbase_url = "http://127.0.0.1:{free_port()}/v1"\n'
                       'model = "Qwen/Qwen3-4B-Instruct-2507"\n')
 
@@ -219,9 +225,10 @@ def test_eval_notebook_without_a_running_endpoint_runs_the_oracle_or_stops_when_
     assert "No server answers" in default.stdout and "runs the **oracle**" in default.stdout
     assert "--max-model-len 16384" in default.stdout
     oracle = (work / "runs" / "eval" / "oracle" / "trajectories.jsonl").read_text().splitlines()
-    assert len(oracle) == 30 and not (work / "runs" / "eval" / "served").exists()  # [demo] train_questions
+    assert len(oracle) == 30 and not (work / "runs" / "eval" / "served").exists()  # [eval] limit
 
 
+@pytest.mark.slow
 def test_jupytext_brings_an_outside_ipynb_into_marimo(tmp_path):
     import nbformat
 

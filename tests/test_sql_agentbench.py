@@ -309,13 +309,15 @@ def test_a_sanity_query_after_the_right_one_keeps_the_credit(tasks):
 
 
 def test_scoring_mode_reaches_eval_and_grpo_configs():
-    from agentrl.rollout.evaluate import build_task, eval_config
+    from agentrl.envs.sql import SQLSettings
+    from agentrl.rollout.evaluate import EvalConfig, build_task
     from agentrl.train import grpo
+    from agentrl.train.configs import GRPOSettings
 
-    cfg = eval_config({}, env="sql", sql_scoring="lenient")
+    cfg = EvalConfig(env="sql", envs={"sql": SQLSettings(scoring="lenient")})
     assert build_task(cfg, {}).config["scoring"] == "lenient"
-    assert build_task(eval_config({}, env="sql"), {}).config["scoring"] == "agentbench"
-    settings = grpo.grpo_config({"grpo": {"env": "sql", "sql_scoring": "lenient"}})
+    assert build_task(EvalConfig(env="sql"), {}).config["scoring"] == "agentbench"
+    settings = GRPOSettings.of(env="sql", sql={"scoring": "lenient"})
     assert grpo.build_task(settings, {}).config["scoring"] == "lenient"
     with pytest.raises(Exception, match="unknown SQL scoring"):
         SQLEnv(scoring="exact")

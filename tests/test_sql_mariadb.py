@@ -316,12 +316,21 @@ def test_concurrent_episodes_from_threads(server, tasks):
 
 
 def test_eval_cli_takes_the_backend_and_grpo_settings_carry_it():
-    from agentrl.rollout.evaluate import build_task, eval_config
+    from agentrl.app.commands import layers
+    from agentrl.app.presets import load
+    from agentrl.cli import build_parser
+    from agentrl.rollout.evaluate import build_task
     from agentrl.train import grpo
+    from agentrl.train.configs import GRPOSettings
 
-    assert build_task(eval_config({}, env="sql", sql_backend="mariadb"), {}).config["backend"] == "mariadb"
-    assert build_task(eval_config({}, env="sql"), {}).config["backend"] == "sqlite"
-    settings = grpo.grpo_config({"grpo": {"env": "sql", "sql_backend": "mariadb"}})
+    def evaluated(*flags):
+        args = build_parser().parse_args(["eval", "--env", "sql", *flags])
+        preset = load(None, flags=layers(args, "sql"))
+        return build_task(preset.eval(), preset.data)
+
+    assert evaluated("--env-arg", "backend=mariadb").config["backend"] == "mariadb"
+    assert evaluated().config["backend"] == "sqlite"
+    settings = GRPOSettings.of(env="sql", sql={"backend": "mariadb"})
     assert grpo.build_task(settings, {}).config["backend"] == "mariadb"
 
 

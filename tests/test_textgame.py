@@ -15,7 +15,13 @@ from conftest import said
 
 @pytest.fixture(scope="module")
 def dev_rows():
-    return textgame_tasks("dev", 4)
+    """The text game's first 4 held-out games (dev-fold seeds), as evaluation reads them."""
+    from agentrl.envs import registry
+    from agentrl.envs.textgame import TextGameSettings
+
+    rows = registry.split_rows(registry.get("textgame"), "heldout", TextGameSettings(heldout=4))
+    assert [r["metadata"]["fold"] for r in rows] == ["dev"] * 4
+    return rows
 
 
 def test_the_oracle_solves_every_dev_game_with_valid_actions_only(dev_rows, tmp_path):
@@ -24,8 +30,9 @@ def test_the_oracle_solves_every_dev_game_with_valid_actions_only(dev_rows, tmp_
     from agentrl.rollout.runner import RunConfig, run_batch
 
     task = textgame_task()
+    assert task.max_turns == 20  # a game's gold path is 7+ actions: the text game's own turn budget
     metrics = run_batch(OraclePolicy(task.oracle_plan), task, dev_rows, tmp_path,
-                        RunConfig(progress=False, max_turns=20, concurrency=2))
+                        RunConfig(progress=False, concurrency=2))
     assert metrics["n"] == 4 and metrics["errors"] == 0
     recs = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").open()]
     for r in recs:
@@ -72,6 +79,19 @@ def test_train_and_dev_folds_generate_different_games_and_a_bad_fold_is_refused(
     assert {r["question"] for r in train}.isdisjoint({r["question"] for r in dev})
     with pytest.raises(DataError, match="fold"):
         textgame_tasks("holdout", 1)
+
+
+def test_the_three_splits_are_games_of_three_disjoint_folds():
+    from agentrl.envs import registry
+    from agentrl.envs.textgame import TextGameSettings
+
+    spec, settings = registry.get("textgame"), TextGameSettings(train=2, validation=1, heldout=2)
+    split = {name: registry.split_rows(spec, name, settings) for name in registry.SPLITS}
+    assert {name: [r["metadata"]["fold"] for r in rows] for name, rows in split.items()} == {
+        "train": ["train", "train"], "validation": ["test"], "heldout": ["dev", "dev"]}
+    ids = [r["id"] for rows in split.values() for r in rows]
+    assert len(set(ids)) == len(ids) == 5
+    assert [r["id"] for r in registry.split_rows(spec, "all", settings)] == ids
 
 
 def test_concurrent_episodes_each_get_their_own_game_and_games_return_to_the_pool(dev_rows):
@@ -122,25 +142,30 @@ def test_game_score_rewards_play_and_answering_done_without_playing_earns_nothin
     assert game_score(None, done[:1], environments=[None]) == [None]
 
 
+@pytest.mark.slow
 def test_grpo_on_the_text_game_trains_on_the_games_score_by_default(tmp_path):
     """One real GRPO step (tiny model, CPU): with no rewards configured the run uses the env's own (game_score,
     format); the reward of each rollout is its game's score (the harness plays part of each game's gold path
     before the rewards are computed, so the scores differ) and the logged mean is theirs."""
-    from agentrl.train.grpo import GRPOSettings, build_task, make_trainer, reward_functions, split_rows, training_rows
-    from agentrl.train.models import ModelConfig, load_for_training
+    from agentrl.core.heldout import HeldOut
+    from agentrl.train.configs import GRPOSettings, trl_args
+    from agentrl.train.grpo import build_task, derived_args, make_trainer, reward_functions, train_rows, training_rows
+    from agentrl.train.models import load_for_training
     from agentrl.train.tiny import build_tiny_model
 
-    cfg = GRPOSettings(name="tg", env="textgame", model=ModelConfig(name=str(build_tiny_model(tmp_path / "tiny"))),
-                       train_questions=2, eval_questions=0, num_generations=4, batch_size=4, max_steps=1,
-                       max_completion_length=96, max_tool_calling_iterations=1, report_to=[], log_completions=False)
+    cfg = GRPOSettings.of(name="tg", env="textgame", model={"name": str(build_tiny_model(tmp_path / "tiny"))},
+                          textgame={"train": 2}, eval_questions=0, num_generations=4,
+                          per_device_train_batch_size=4, max_steps=1, max_completion_length=96,
+                          max_tool_calling_iterations=1, gradient_checkpointing=False, optim="adamw_torch",
+                          logging_steps=1, report_to=[], log_completions=False)
     assert cfg.rewards == {"game_score": 1.0, "format": 0.1}
     assert [f.__name__ for f in reward_functions(cfg)[0]] == ["game_score", "format"]
     loaded = load_for_training(cfg.model)
     loaded.tokenizer.padding_side = "left"
     task = build_task(cfg, {})
-    rows = training_rows(cfg, task, {}, split_rows(cfg, {})[0])
+    rows = training_rows(cfg, task, train_rows(cfg, HeldOut(), {}))
     assert {json.loads(r["task"])["fold"] for r in rows} == {"train"}
-    trainer = make_trainer(cfg, loaded, task, rows, tmp_path)
+    trainer = make_trainer(cfg, trl_args(cfg, derived_args(cfg, loaded.backend, tmp_path)), loaded, task, rows)
     original, seen = trainer._calculate_rewards, []
 
     def play_then_score(inputs, prompts, completions, completion_ids):
@@ -178,6 +203,7 @@ def test_the_cli_without_java_exits_2_with_the_install_command_and_no_traceback(
     assert not (tmp_path / "runs" / "eval").exists() or not any((tmp_path / "runs" / "eval").rglob("*.jsonl"))
 
 
+@pytest.mark.slow
 def test_sft_on_oracle_games_teaches_the_tiny_model_to_act(tmp_path):
     # The real pipeline (oracle play on train-fold games → curate → export → LoRA SFT → inference check on
     # dev-fold games) at the benchmark's size: the untrained model never emits a usable `act` call.

@@ -6,6 +6,7 @@ import warnings
 import pytest
 
 from agentrl.cli import main
+from agentrl.core.heldout import HeldOut
 from agentrl.core.io import DataError, read_jsonl
 from agentrl.data.curate import CurateConfig, curate, select
 from agentrl.data.export import export, load_trl_dataset, to_sharegpt, to_swift, to_trl
@@ -114,11 +115,12 @@ def test_analyze_writes_json_markdown_and_png_charts(tmp_path):
 
 def test_each_curation_step_reports_what_it_removed(tmp_path):
     recs = [traj(0), traj(1, error="timeout"), traj(2, finish="no_answer"), traj(3, f1=0.5, em=0.0),
-            traj(4, calls=6), traj(5, question="question 0?", f1=0.9, em=0.0)]
+            traj(4, calls=6), traj(5, question="question 0?", f1=0.9, em=0.0), traj(6)]
     path = write(tmp_path / "t.jsonl", recs)
-    train, val, report = select(trajectory_frame([path]), CurateConfig(max_turns=5, val_fraction=0.0))
+    train, val, report = select(trajectory_frame([path]), CurateConfig(max_turns=5, val_fraction=0.0),
+                                HeldOut(["t6"]))
     removed = {s["step"]: s["removed"] for s in report["steps"]}
-    assert removed == {"input": 0, "errors": 1, "finish": 1, "min_f1": 1, "max_turns": 1, "dedup": 1}
+    assert removed == {"input": 0, "heldout": 1, "errors": 1, "finish": 1, "min_f1": 1, "max_turns": 1, "dedup": 1}
     assert sorted(train["id"].to_list()) == ["t0"] and val.height == 0  # t5 lost to t0 on F1
 
 
@@ -126,20 +128,23 @@ def test_balancing_caps_over_represented_tool_call_buckets(tmp_path):
     recs = [traj(i, calls=1) for i in range(30)] + [traj(100 + i, calls=2) for i in range(6)] + \
            [traj(200 + i, calls=5) for i in range(4)]
     df = trajectory_frame([write(tmp_path / "t.jsonl", recs)])
-    _, _, report = select(df, CurateConfig(balance_by=["tool_calls"], val_fraction=0.0, balance_cap=4))
+    _, _, report = select(df, CurateConfig(balance_by=["tool_calls"], val_fraction=0.0, balance_cap=4), HeldOut())
     bal = report["balance"]
     assert bal["before"] == {"1": 30, "2": 6, "4+": 4}
     assert bal["after"] == {"1": 14, "2": 6, "4+": 4}  # cap = ceil(40 / 3)
-    train, _, report = select(df, CurateConfig(balance_by=["tool_calls"], balance_mode="exact", val_fraction=0.0))
+    train, _, report = select(df, CurateConfig(balance_by=["tool_calls"], balance_mode="exact", val_fraction=0.0),
+                              HeldOut())
     assert report["balance"]["after"] == {"1": 4, "2": 4, "4+": 4} and train.height == 12
-    again, _, _ = select(df, CurateConfig(balance_by=["tool_calls"], balance_mode="exact", val_fraction=0.0))
+    again, _, _ = select(df, CurateConfig(balance_by=["tool_calls"], balance_mode="exact", val_fraction=0.0),
+                          HeldOut())
     assert again["id"].to_list() == train["id"].to_list()  # seeded
 
 
 def test_train_validation_split_never_shares_a_question_across_runs(tmp_path):
     a = write(tmp_path / "a.jsonl", [traj(i) for i in range(60)])
     b = write(tmp_path / "b.jsonl", [{**traj(i), "id": f"other-{i}"} for i in range(60)])
-    train, val, report = select(trajectory_frame([a, b]), CurateConfig(dedup_questions=False, val_fraction=0.2))
+    train, val, report = select(trajectory_frame([a, b]), CurateConfig(dedup_questions=False, val_fraction=0.2),
+                                 HeldOut())
     assert report["split"]["shared_questions"] == 0 and 0 < val.height < train.height
     assert set(train["qkey"].to_list()).isdisjoint(val["qkey"].to_list())
     assert train.height + val.height == 120
@@ -147,13 +152,13 @@ def test_train_validation_split_never_shares_a_question_across_runs(tmp_path):
 
 def test_curate_writes_full_trajectories_and_a_report(tmp_path):
     path = write(tmp_path / "t.jsonl", [traj(i) for i in range(20)] + [traj(99, f1=0.1, em=0.0)])
-    report = curate([path], CurateConfig(name="x", val_fraction=0.2), tmp_path / "data" / "x")
+    report = curate([path], CurateConfig(name="x", val_fraction=0.2), tmp_path / "data" / "x", HeldOut())
     train = read_jsonl(tmp_path / "data" / "x" / "train.jsonl")
     val = read_jsonl(tmp_path / "data" / "x" / "validation.jsonl")
     assert len(train) + len(val) == 20 and train[0]["messages"][1]["role"] == "user"
     assert json.loads((tmp_path / "data" / "x" / "curation.json").read_text())["written"] == report["written"]
     with pytest.raises(DataError, match="kept no trajectories"):
-        curate([path], CurateConfig(min_f1=2.0), tmp_path / "data" / "y")
+        curate([path], CurateConfig(min_f1=2.0), tmp_path / "data" / "y", HeldOut())
     assert not (tmp_path / "data" / "y").exists()
 
 
@@ -199,7 +204,7 @@ def test_exported_rows_reproduce_what_the_policy_saw_and_mask_exactly_the_assist
         "type": "object", "properties": {"query": {"type": "string", "description": "q"}}, "required": ["query"]}}}]
     t["messages"][-1]["content"] = "Both were American. <answer>yes</answer>"
     path = write(tmp_path / "t.jsonl", [t])
-    curate([path], CurateConfig(min_f1=None, val_fraction=0.0), tmp_path / "d")
+    curate([path], CurateConfig(min_f1=None, val_fraction=0.0), tmp_path / "d", HeldOut())
     export(tmp_path / "d", ["trl"])
     row = load_trl_dataset(tmp_path / "d" / "trl" / "train.jsonl")[0]
     tools = json.loads(row["tools"])
@@ -284,7 +289,7 @@ def test_filters_that_remove_every_row_say_so_even_with_balancing(tmp_path, caps
     path = write(tmp_path / "t.jsonl", [traj(i, f1=0.2, em=0.0) for i in range(8)])
     cfg = CurateConfig(min_f1=0.5, balance_by=["tool_calls"])
     with pytest.raises(DataError, match=r"the filters left nothing \(min_f1 .* removed 8\)") as err:
-        curate([path], cfg, tmp_path / "data" / "none")
+        curate([path], cfg, tmp_path / "data" / "none", HeldOut())
     assert "bucket" not in str(err.value)
     assert not (tmp_path / "data" / "none").exists()
 
@@ -335,7 +340,7 @@ def test_a_lone_question_hashed_into_validation_trains_and_no_empty_validation_f
 def test_when_every_question_hashes_into_validation_one_goes_back_to_train(tmp_path):
     questions = _questions_in("validation", 4, 0.9)
     path = write(tmp_path / "t.jsonl", [traj(i, question=q) for i, q in enumerate(questions)])
-    report = curate([path], CurateConfig(val_fraction=0.9), tmp_path / "d")
+    report = curate([path], CurateConfig(val_fraction=0.9), tmp_path / "d", HeldOut())
     train, val = read_jsonl(tmp_path / "d" / "train.jsonl"), read_jsonl(tmp_path / "d" / "validation.jsonl")
     assert (len(train), len(val)) == (1, 3) and report["split"]["shared_questions"] == 0
     assert train[0]["question"].rstrip("?") == report["split"]["moved_to_train"]
@@ -367,7 +372,7 @@ def test_min_grounded_keeps_answers_the_episode_could_read_and_passes_other_envs
     recs[1]["metrics"]["grounded"] = 0.0  # answered from gold it never retrieved
     recs[3]["metrics"]["grounded"] = 1.0
     df = trajectory_frame([write(tmp_path / "t.jsonl", recs)])
-    train, _, report = select(df, CurateConfig(min_grounded=1.0, val_fraction=0.0))
+    train, _, report = select(df, CurateConfig(min_grounded=1.0, val_fraction=0.0), HeldOut())
     assert sorted(train["id"].to_list()) == ["t0", "t2", "t3"]  # the SQL trajectory has no such metric
     assert {s["step"]: s["removed"] for s in report["steps"]}["min_grounded"] == 1
-    assert select(df, CurateConfig(val_fraction=0.0))[0].height == 4  # off by default
+    assert select(df, CurateConfig(val_fraction=0.0), HeldOut())[0].height == 4  # off by default

@@ -34,13 +34,23 @@ installed.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+from agentrl.core.io import DataError, write_text_atomic
+from agentrl.train.gpu_plan import CARDS, GPU, query_gpus
 from agentrl.train.gpu_stack import (
     ALL_STACKS,
     BNB,
@@ -92,8 +102,6 @@ def install_target() -> tuple[bool, str | None]:
     """Return ``(break_system_packages, stop)`` for installing into this interpreter: a venv or a writable
     Python installs as is; an externally managed one (PEP 668, e.g. Debian's /usr/bin/python3) only with
     AGENTRL_BREAK_SYSTEM_PACKAGES=1; otherwise ``stop`` says what to do."""
-    import sysconfig
-
     venv = sys.prefix != sys.base_prefix
     managed = not venv and (Path(sysconfig.get_path("stdlib")) / "EXTERNALLY-MANAGED").is_file()
     make_venv = (f"create a virtual environment and run from it: {Path(sys.executable).name} -m venv ~/agentrl-venv "
@@ -120,8 +128,6 @@ def _works(cmd: list[str]) -> bool:
 
 def _recent_uv(cmd: list[str]) -> bool:
     """True when ``cmd --version`` runs a uv of at least UV_PIN's floor (--torch-backend cu129 needs 0.8.13)."""
-    import re
-
     try:
         out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
@@ -133,8 +139,6 @@ def _recent_uv(cmd: list[str]) -> bool:
 def find_uv() -> list[str] | None:
     """Return the command that runs a recent enough uv without installing anything: ``python -m uv`` when this
     interpreter has it, else a standalone ``uv`` on PATH; None when neither does."""
-    import shutil
-
     here = [sys.executable, "-m", "uv"]
     if _recent_uv(here):
         return here
@@ -163,8 +167,6 @@ def uv_command(break_system: bool = False) -> list[str]:
 def imported_versions(modules=None) -> dict[str, str]:
     """Return ``{distribution: version}`` of every installed distribution one of whose top-level modules is in
     ``modules`` (default: what this process has imported)."""
-    from importlib import metadata
-
     modules = sys.modules if modules is None else modules
     tops = {name.partition(".")[0] for name in list(modules)}
     owners = metadata.packages_distributions()
@@ -180,8 +182,6 @@ def imported_versions(modules=None) -> dict[str, str]:
 def replaced_since(before: dict[str, str]) -> dict[str, tuple[str, str | None]]:
     """Return ``{distribution: (version before, version now or None)}`` for the distributions of ``before``
     (:func:`imported_versions`) whose installed version changed or that were removed since."""
-    import importlib
-
     importlib.invalidate_caches()  # importlib.metadata caches directory listings
     now = {d: _version(d) for d in before}
     return {d: (v, now[d]) for d, v in before.items() if now[d] != v}
@@ -211,10 +211,6 @@ def install_and_check(cmd: list[str], verify=None) -> None:
 def torch_cuda() -> str | None:
     """Return the CUDA version the installed torch was built for ("13.0"; "cpu" for a CPU build), read from
     ``torch/version.py`` without importing torch; None when torch is not installed or the file does not say."""
-    import importlib
-    import importlib.util
-    import re
-
     importlib.invalidate_caches()
     try:
         spec = importlib.util.find_spec("torch")
@@ -268,8 +264,6 @@ def verify_builds(d: Decision):
     """Return a check for after the install: it raises SystemExit naming every pin of ``d`` still not installed as
     the build asked for (a resolver that kept another CUDA's torch would otherwise surface as a CUDA error later)."""
     def verify() -> None:
-        import importlib
-
         importlib.invalidate_caches()  # importlib.metadata caches directory listings
         pins = [r for r in d.install if "==" in r]
         missing, _ = installed_state(d.stack, pins, _version, torch_cuda)
@@ -288,8 +282,6 @@ def run_setup(notebook_dir: str | Path = ".", git_url: str = "", ref: str = DEFA
     ``{"installed": [...], "workdir": path}``, or raise RestartRequired when the install replaced an imported
     package, SystemExit when no stack runs on the driver, the install left another build, or this Python cannot be
     installed into."""
-    from agentrl.train.gpu_plan import query_gpus
-
     gpus = query_gpus()
     bundle = Path(notebook_dir).resolve() / BUNDLE
     wheel = next(iter(sorted(bundle.glob("agentrl-*.whl"))), None) if bundle.is_dir() else None
@@ -325,8 +317,6 @@ def plan(gpu, *, stack: str = "auto", vllm: bool = True, python: str = sys.execu
     """Return ``(lines, exit code)``: what the setup would install for ``gpu`` (a gpu_plan.GPU, or None for a machine
     without one) into a fresh ``python``, without installing anything: the stack, a ``cuda: MAJOR.MINOR`` line, where
     each pin comes from, the notes and the exact install commands; exit 1 with what to do when no stack runs there."""
-    import shlex
-
     d = decide([gpu] if gpu else [], have_agentrl=False, repo=REPO, stack=stack, vllm=vllm,
                installed=lambda name: None, torch_build=lambda: None)
     where = (f"{gpu.name} (compute capability {gpu.compute_cap[0]}.{gpu.compute_cap[1]}), NVIDIA driver {gpu.driver}"
@@ -356,8 +346,6 @@ def plan(gpu, *, stack: str = "auto", vllm: bool = True, python: str = sys.execu
 
 
 def _version(name: str) -> str | None:
-    from importlib import metadata
-
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -408,8 +396,6 @@ def setup_source(git_url: str, ref: str = DEFAULT_REF) -> str:
 
 def prepare(path: str | Path, git_url: str, ref: str = DEFAULT_REF) -> Path:
     """Prepend the setup cell and set a python3 kernelspec in the notebook at ``path`` (in place, idempotent)."""
-    from agentrl.core.io import write_text_atomic
-
     path = Path(path)
     nb = json.loads(path.read_text(encoding="utf-8"))
     cells = [c for c in nb.get("cells", []) if c.get("metadata", {}).get("agentrl") != "setup"]
@@ -427,9 +413,6 @@ def clone_url(url: str) -> tuple[str, list[str]]:
     """Return ``(url a Colab runtime can clone anonymously, notes)``: SSH forms (``git@host:owner/repo.git``,
     ``ssh://git@host[:port]/owner/repo``) and ``git://`` become ``https://host/owner/repo.git``; credentials in an
     http(s) URL (``https://user:token@host/...``) are dropped, so no token is written into a notebook."""
-    import re
-    from urllib.parse import urlsplit, urlunsplit
-
     url, notes = url.strip(), []
     scp = re.fullmatch(r"(?:[^@/\s]+@)?([^:/\s]+):(?!//)/?(.+)", url)
     if scp and "://" not in url:
@@ -445,8 +428,6 @@ def clone_url(url: str) -> tuple[str, list[str]]:
         host = parts.hostname or ""
         parts = parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host)
     elif parts.scheme not in ("http", "https"):
-        from agentrl.core.io import DataError
-
         raise DataError(f"clone URL {url!r}: not an https, ssh or git URL")
     path = parts.path if parts.path.endswith(".git") else parts.path.rstrip("/") + ".git"
     return urlunsplit(parts._replace(path=path)), notes
@@ -456,8 +437,6 @@ def plan_gpu(card: str | None, driver: str | None):
     """Return the GPU ``plan`` describes: the card class ``card`` (a gpu_plan.CARDS key, ``A100`` for A100-40, or
     ``none``) at ``driver``, or this machine's first GPU (its driver replaced by ``driver`` when given); None for
     no GPU. Raise ValueError saying what is missing."""
-    from agentrl.train.gpu_plan import CARDS, GPU, query_gpus
-
     if card == "none":
         return None
     found = query_gpus()
@@ -521,8 +500,6 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines), file=sys.stderr if code else sys.stdout)
         return code
     if args.cmd == "clone-url":
-        from agentrl.core.io import DataError
-
         try:
             url, notes = clone_url(args.url)
         except DataError as exc:

@@ -14,7 +14,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrl.core.io import DataError
+from agentrl.core.bootstrap import bootstrap_ci, paired_bootstrap_ci
+from agentrl.core.io import DataError, iter_jsonl
+from agentrl.core.metrics import normalize_answer
+from agentrl.envs import registry
 
 STATUSES = ("improved", "regressed", "unchanged")
 
@@ -89,17 +92,25 @@ class Comparison:
 def compare(specs: list[str | Path], metric: str | None = None, runs: str | Path = "runs") -> Comparison:
     """Return the Comparison of the runs ``specs`` (at least two) on the items all of them have, by ``metric``
     (default: the environment's headline success metric)."""
-    from agentrl.core.bootstrap import bootstrap_ci, paired_bootstrap_ci
-    from agentrl.core.io import read_jsonl
-
     if len(specs) < 2:
         raise DataError("compare needs at least two runs")
     dirs = [run_dir(s, runs) for s in specs]
-    recs = [{r["id"]: r for r in read_jsonl(d / "trajectories.jsonl")} for d in dirs]
+    recs = [_by_id(d / "trajectories.jsonl") for d in dirs]
     shared = [i for i in recs[0] if all(i in r for r in recs[1:])]
     if not shared:
         raise DataError(f"{', '.join(map(str, dirs))}: no item is in every run")
+    for item in shared:  # the same id must be the same question, or the comparison pairs different items
+        questions = [str(r[item].get("question") or "") for r in recs]
+        if len({normalize_answer(q) for q in questions}) > 1:
+            raise DataError(f"item {item!r} is not the same question in every run ("
+                            + " / ".join(repr(q[:60]) for q in questions) + "): these runs did not evaluate the same "
+                            "items")
     metric = metric or _headline(recs[0][shared[0]])
+    reported = sorted({k for r in recs for rec in r.values() for k, v in (rec.get("metrics") or {}).items()
+                       if isinstance(v, int | float)})
+    if metric not in reported:
+        raise DataError(f"--metric {metric!r}: no trajectory of these runs reports it (they report "
+                        f"{', '.join(reported) or 'no metric'})")
     labels = _labels(dirs)
     out = Comparison(labels, metric, dropped=len(set().union(*recs)) - len(shared))
     for item in shared:
@@ -121,9 +132,21 @@ def compare(specs: list[str | Path], metric: str | None = None, runs: str | Path
     return out
 
 
-def _headline(record: dict) -> str:
-    from agentrl.envs import registry
+def _by_id(path: Path) -> dict[str, dict]:
+    """Return a run's trajectories by id; an id twice is a DataError naming both lines (a run records each item
+    once: two would leave one of them out of the comparison)."""
+    out: dict[str, dict] = {}
+    lines: dict[str, int] = {}
+    for n, rec in iter_jsonl(path):
+        key = str(rec.get("id"))
+        if key in out:
+            raise DataError(f"{path}:{n}: item {key!r} again (first at line {lines[key]}); compare runs that record "
+                            "each item once")
+        out[key], lines[key] = rec, n
+    return out
 
+
+def _headline(record: dict) -> str:
     try:
         return registry.get(record.get("env") or registry.DEFAULT).success
     except DataError:
@@ -222,6 +245,9 @@ padding:4px 8px;vertical-align:top}}.improved td:nth-child(2){{color:green}}.reg
 r=>r.style.display=(!s||r.className===s)?'':'none')}}</script>
 """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise DataError(f"--html {path}: cannot write it ({exc.strerror or exc})") from None
     return path

@@ -10,7 +10,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentrl.app.presets import Preset
+from agentrl.core.io import read_json
+from agentrl.core.progress import quiet_library_output
+from agentrl.data.curate import curate
+from agentrl.data.export import FORMATS, export
+from agentrl.data.pipeline import corpus_and_index, eval_qa_path
+from agentrl.data.stats import analyze
 from agentrl.envs import registry
+from agentrl.retrieval.evaluate import run_retrieval_eval
+from agentrl.rollout.evaluate import run_eval, variant
+from agentrl.train import grpo as grpo_phase
+from agentrl.train import sft as sft_phase
+from agentrl.train.tiny import ensure_tiny_model
 
 
 @dataclass
@@ -23,22 +35,18 @@ class StepResult:
     seconds: float = 0.0
 
 
-def run_demo(preset_name: str = "demo", *, rebuild: bool = False, progress: bool = True,
-             sets: list[str] | None = None) -> list[StepResult]:
-    """Run the phases of the preset (with the ``--set`` overrides ``sets``) in order; return one StepResult per
-    phase."""
-    from agentrl.app.presets import load
-    from agentrl.core.progress import quiet_library_output
-    from agentrl.data.pipeline import corpus_and_index, eval_qa_path
-    from agentrl.retrieval.evaluate import run_retrieval_eval
-
+def run_demo(preset: Preset, *, rebuild: bool = False, progress: bool = True) -> list[StepResult]:
+    """Run the phases of ``preset`` (agentrl.app.presets.load: its settings are built and checked, TRL's config
+    of each training phase too, before the first phase runs) in order; return one StepResult per phase."""
     quiet_library_output()  # one line per phase (training phases: their progress line), no library bars or logs
-    preset = load(preset_name, sets)
+    sft_phase.preflight(preset.sft())
+    grpo_phase.preflight(preset.grpo())
     results: list[StepResult] = []
 
     def corpus() -> StepResult:
-        run = corpus_and_index(preset, rebuild=rebuild, progress=progress)
-        report = run_retrieval_eval(run.index_dir, eval_qa_path(preset))
+        run = corpus_and_index(preset.settings("corpus"), preset.settings("index"), rebuild=rebuild,
+                               progress=progress)
+        report = run_retrieval_eval(run.index_dir, eval_qa_path(preset.data))
         hybrid = report["methods"]["hybrid"]
         return StepResult(
             "00 corpus", str(run.corpus_dir),
@@ -67,15 +75,13 @@ def phase_line(r: StepResult) -> str:
     return f"[{r.phase}] {r.seconds:.0f} s · {figures}"  # bracketed: the summary's own lines start with the phase
 
 
-def demo_grpo(preset: dict, rebuild: bool) -> StepResult:
+def demo_grpo(preset: Preset, rebuild: bool) -> StepResult:
     """Phase 04: GRPO from the SFT adapter with the search tool in the rollouts."""
-    from agentrl.core.io import read_json
-    from agentrl.train.grpo import grpo_config, run_grpo
-
-    cfg = grpo_config(preset)
+    cfg = preset.grpo()
     out = Path("runs") / "grpo" / cfg.name
     if rebuild or not (out / "metrics.json").exists() or not (out / "adapter" / "adapter_config.json").exists():
-        metrics = run_grpo(cfg, preset).metrics
+        metrics = grpo_phase.run_grpo(cfg, preset.heldout, preset.data, eval_run=preset.eval().run,
+                                      source=preset.describe()).metrics
     else:
         metrics = read_json(out / "metrics.json")
     hist = metrics["history"]
@@ -91,15 +97,12 @@ def demo_grpo(preset: dict, rebuild: bool) -> StepResult:
                                                     f"{evals[-1].get('episodes_with_wellformed_call', 0.0):.2f}"})
 
 
-def demo_sft(preset: dict, rebuild: bool) -> StepResult:
+def demo_sft(preset: Preset, rebuild: bool) -> StepResult:
     """Phase 03: LoRA SFT of the tiny model on the oracle demonstrations, checked on held-out questions."""
-    from agentrl.core.io import read_json
-    from agentrl.train.sft import run_sft, sft_config
-
-    cfg = sft_config(preset)
+    cfg = preset.sft()
     out = Path("runs") / "sft" / cfg.name
     if rebuild or not (out / "metrics.json").exists() or not (out / "adapter" / "adapter_config.json").exists():
-        metrics = run_sft(cfg, preset).metrics
+        metrics = sft_phase.run_sft(cfg, preset.heldout, preset.eval(), preset.data, source=preset.describe()).metrics
     else:
         metrics = read_json(out / "metrics.json")
     loss, check = metrics["loss"], metrics.get("check") or {}
@@ -111,36 +114,30 @@ def demo_sft(preset: dict, rebuild: bool) -> StepResult:
     return StepResult("03 sft", str(out), {**figures, "steps": metrics["steps"], "backend": metrics["backend"]})
 
 
-def demo_env(preset: dict, env: str, rebuild: bool) -> StepResult:
+def demo_env(preset: Preset, env: str, rebuild: bool) -> StepResult:
     """Phase 01 on a further environment (SQL, text game, GSM8K math, HumanEval code, ...): the oracle on its
     ``demo_items`` evaluation items (``[demo] <env>_tasks`` in the preset), spread over its evaluation rows (DB
     Bench's SELECT and INSERT/UPDATE tasks both)."""
-    from agentrl.rollout.evaluate import eval_config, run_eval
-
     spec = registry.get(env)
-    n = (preset.get("demo") or {}).get(f"{env}_tasks", spec.demo_items)
-    cfg = eval_config(preset, name=f"{env}_oracle", env=env, policy="oracle", limit=n)
-    everything = spec.rows("eval", None, n, preset)
+    n = getattr(preset.demo(), f"{env}_tasks", None) or spec.demo_items
+    cfg = variant(preset.eval(), name=f"{env}_oracle", env=env, policy="oracle", split=None, qa=None, offset=0,
+                  limit=None)
+    everything = registry.split_rows(spec, spec.eval_split, cfg.env_settings, preset.data)
     rows = everything[::max(1, len(everything) // n)][:n]
-    metrics = run_eval(cfg, preset, rows=rows, resume=not rebuild, overwrite=rebuild)
+    metrics = run_eval(cfg, preset.data, rows=rows, resume=not rebuild, overwrite=rebuild)
     overall = metrics["overall"]
     return StepResult(f"01 eval {env}", f"runs/eval/{cfg.name}", {
         "oracle items": metrics["n"], "oracle success": overall[spec.success],
         **{k: overall.get(k) for k in spec.metrics}})
 
 
-def demo_data(preset: dict) -> StepResult:
-    """Phase 02: statistics of the phase-01 runs, curation of the oracle demonstrations, export."""
-    from agentrl.data.curate import curate, data_config
-    from agentrl.data.export import FORMATS, export
-    from agentrl.data.stats import analyze
-
-    cfg = data_config(preset)
+def demo_data(preset: Preset) -> StepResult:
+    """Phase 02: statistics of the phase-01 runs, curation of the oracle demonstrations (held-out items dropped),
+    export."""
+    cfg = preset.curate()
     out = Path("runs") / "data" / cfg.name
     stats = analyze(["runs/eval/oracle", "runs/eval/tiny_base"], out / "analysis")
-    from agentrl.train.heldout import heldout_keys
-
-    report = curate(["runs/eval/oracle"], cfg, out, heldout_keys(preset))
+    report = curate(["runs/eval/oracle"], cfg, out, preset.heldout)
     export(out, FORMATS)
     return StepResult("02 data", str(out), {
         "trajectories": stats["total"], "successes (F1>=0.8)": stats["success_f1"],
@@ -148,18 +145,14 @@ def demo_data(preset: dict) -> StepResult:
         "formats": "+".join(FORMATS)})
 
 
-def demo_eval(preset: dict, rebuild: bool) -> StepResult:
+def demo_eval(preset: Preset, rebuild: bool) -> StepResult:
     """Phase 01: oracle demonstrations on the training questions, the untrained tiny model on held-out ones."""
-    from agentrl.rollout.evaluate import eval_config, run_eval
-    from agentrl.train.tiny import ensure_tiny_model
-
-    demo = preset.get("demo") or {}
-    n_train, n_heldout = demo.get("train_questions", 180), demo.get("heldout_questions", 20)
-    model = ensure_tiny_model(eval_config(preset).local.model)
-    oracle = run_eval(eval_config(preset, name="oracle", policy="oracle", offset=0, limit=n_train), preset,
+    cfg = preset.eval()
+    model = ensure_tiny_model(cfg.local.model)
+    oracle = run_eval(variant(cfg, name="oracle", policy="oracle", split="train"), preset.data,
                       resume=not rebuild, overwrite=rebuild)
-    base = run_eval(eval_config(preset, name="tiny_base", policy="local", model_path=str(model), offset=n_train,
-                                limit=n_heldout), preset, resume=not rebuild, overwrite=rebuild)
+    base = run_eval(variant(cfg, name="tiny_base", policy="local", model_path=str(model), split="heldout"),
+                    preset.data, resume=not rebuild, overwrite=rebuild)
     return StepResult("01 eval", "runs/eval/oracle, runs/eval/tiny_base", {
         "oracle trajectories": oracle["n"], "oracle f1 (gold replay)": oracle["overall"]["f1"],
         "tiny base f1": base["overall"]["f1"],
@@ -168,8 +161,6 @@ def demo_eval(preset: dict, rebuild: bool) -> StepResult:
 
 def run_passages(index_dir) -> int:
     """Return the passage count recorded in an index manifest."""
-    from agentrl.core.io import read_json
-
     return int(read_json(index_dir / "index.json")["n_passages"])
 
 

@@ -1,24 +1,23 @@
 """A training notebook's hyperparameter form: the phase's settings with a one-line help each, defaults from the preset.
 
-The form's values become an overrides dict (:func:`overrides`: only what the user changed) applied to the preset's
-table before the settings are built (:func:`apply`), the same path a preset edit takes, so validation
-(``core.config.from_dict``) and the manifest (the run's effective settings) see them like any preset value.
+The form's values become an overrides table (:func:`overrides`: only what the user changed), the last layer of the
+preset's one merge (``Preset.with_layer``, agentrl.app.presets), so validation and the manifest (the run's effective
+settings) see them like any preset value, reported as written in "the notebook's form".
 """
 
 from __future__ import annotations
 
-import copy
-
 # the knobs a user turns most, each with one line (Unsloth's notebooks comment every one); dotted names are nested
 HELP = {
     "sft": {
-        "max_steps": "optimizer steps (-1: train `epochs` passes over the data)",
-        "epochs": "passes over the training data when max_steps is -1",
+        "max_steps": "optimizer steps (-1: train `num_train_epochs` passes over the data)",
+        "num_train_epochs": "passes over the training data when max_steps is -1",
         "learning_rate": "peak learning rate of the LoRA weights (2e-4 is usual for LoRA SFT)",
-        "lr_scheduler": "learning-rate schedule after warmup",
-        "warmup": "warmup: a fraction of the steps (< 1) or a number of steps",
-        "batch_size": "sequences per device per micro-batch",
-        "grad_accum": "micro-batches per optimizer step (effective batch = batch_size x grad_accum x GPUs)",
+        "lr_scheduler_type": "learning-rate schedule after warmup",
+        "warmup_steps": "warmup: a fraction of the steps (< 1) or a number of steps",
+        "per_device_train_batch_size": "sequences per device per micro-batch",
+        "gradient_accumulation_steps": "micro-batches per optimizer step (effective batch = batch x accumulation x "
+                                       "GPUs)",
         "max_length": "tokens per sequence; longer trajectories are dropped or truncated (`overlong`)",
         "overlong": "drop (a cut trajectory teaches stopping mid-task) or truncate over-long sequences",
         "weight_decay": "AdamW weight decay",
@@ -34,8 +33,8 @@ HELP = {
         "max_steps": "optimizer steps",
         "learning_rate": "learning rate of the LoRA weights (RL wants it small: 1e-6 .. 5e-6 on large models)",
         "num_generations": "rollouts per prompt: the group whose rewards are compared",
-        "batch_size": "rollouts per device per step (a multiple of num_generations)",
-        "grad_accum": "micro-batches per optimizer step",
+        "per_device_train_batch_size": "rollouts per device per step (a multiple of num_generations)",
+        "gradient_accumulation_steps": "micro-batches per optimizer step",
         "max_completion_length": "tokens per rollout, tool results included",
         "max_tool_calling_iterations": "tool calls a rollout may make",
         "temperature": "sampling temperature of the rollouts",
@@ -68,7 +67,7 @@ def form(section: str, settings):
     defaults from ``settings``."""
     import marimo as mo
 
-    choices = {"lr_scheduler": ["linear", "cosine", "constant", "constant_with_warmup"],
+    choices = {"lr_scheduler_type": ["linear", "cosine", "constant", "constant_with_warmup"],
                "overlong": ["drop", "truncate"], "loss_type": ["dapo", "grpo", "dr_grpo", "bnpo", "cispo"],
                "scale_rewards": ["group", "batch", "none"]}
     widgets = {}
@@ -102,17 +101,4 @@ def overrides(values: dict, settings) -> dict:
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-    return out
-
-
-def apply(preset: dict, section: str, changes: dict) -> dict:
-    """Return a copy of ``preset`` with ``changes`` merged into its ``[section]`` table (nested tables merged)."""
-
-    def merge(base: dict, new: dict) -> dict:
-        for key, value in new.items():
-            base[key] = merge(dict(base.get(key) or {}), value) if isinstance(value, dict) else value
-        return base
-
-    out = copy.deepcopy(preset)
-    out[section] = merge(dict(out.get(section) or {}), changes)
     return out

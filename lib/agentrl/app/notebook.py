@@ -7,11 +7,33 @@ A notebook runs in four places: ``marimo edit`` (interactive), ``marimo run``, `
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import json
 import os
+import shlex
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentrl.app.flags import json_value  # noqa: F401 - the notebooks' JSON fields (notebook 01)
+from agentrl.app.presets import Preset, load, set_values
+from agentrl.core.aio import run_sync
 from agentrl.core.config import REPO_ROOT
+from agentrl.core.io import DataError
+from agentrl.data.curate import curate
+from agentrl.data.export import FORMATS, export
+from agentrl.data.pipeline import corpus_and_index, corpus_paths
+from agentrl.envs import registry
+from agentrl.envs.base import tool_methods
+from agentrl.rollout.agent import run_episode
+from agentrl.rollout.evaluate import EvalConfig, run_eval, variant
+from agentrl.rollout.oracle import OraclePolicy
+from agentrl.train.gpu_plan import query_gpus
+from agentrl.train.sft import run_sft
+from agentrl.train.smol import ensure_model
+from agentrl.train.tiny import ensure_tiny_model
 
 
 def cli_args() -> dict:
@@ -30,8 +52,6 @@ def collect_sets(args: dict) -> dict:
     """Return ``args`` with every ``--set section.key=value`` gathered into ``args["set"]`` (a list). marimo splits
     ``--set grpo.max_steps=2`` at the first '=' into the key ``"set grpo.max_steps"`` and the value 2 (converted);
     ``--set=grpo.max_steps=2`` and AGENTRL_NB_ARGS give ``{"set": "grpo.max_steps=2"}``; a repeated flag a list."""
-    from agentrl.app.presets import set_values
-
     out = {k: v for k, v in args.items() if k != "set" and not k.startswith("set ")}
     sets = set_values(args.get("set"))
     for key, value in args.items():
@@ -46,8 +66,6 @@ def collect_sets(args: dict) -> dict:
 def parse_args(text: str) -> dict:
     """Return ``{"key": value}`` from ``--key value`` pairs (numbers converted, dashes in keys become underscores, a
     repeated key a list)."""
-    import shlex
-
     out, tokens = {}, shlex.split(text)
     for i, tok in enumerate(tokens):
         if tok.startswith("--"):
@@ -100,33 +118,27 @@ GPU_PRESETS = {"T4": "colab_qwen3_4b", "L4": "colab_qwen3_4b", "A100-40": "colab
                "A100-80": "gpu_qwen2_5_7b", "H100": "gpu_qwen2_5_7b"}
 
 
-def choose_preset(args: dict, default: str = "demo") -> tuple[dict, str]:
+def choose_preset(args: dict, default: str = "demo") -> tuple[Preset, str]:
     """Return ``(preset, sentence saying which and why)``: ``--config`` when given, else on a machine with an
     NVIDIA GPU the GPU preset for its card (GPU_PRESETS), else ``default``; with a GPU the preset's
     ``[gpu.<CARD>]`` settings are merged in. ``--set section.key=value`` (repeatable) overrides keys as on the
-    command line; the preset and the overrides are checked first (agentrl.app.presets). Every notebook calls it, so
-    all five use the same preset. In Jupyter it also ends an earlier :func:`stop` (the notebook is deciding again
-    from here)."""
-    from agentrl.app.presets import load, set_values, with_sets
-    from agentrl.train.gpu_plan import apply_card, query_gpus
-
+    command line; everything is checked first (agentrl.app.presets). Every notebook calls it, so all of them use the
+    same preset. In Jupyter it also ends an earlier :func:`stop` (the notebook is deciding again from here)."""
     _resume_cells()
     gpus = query_gpus()
     card = gpus[0].card if gpus else None
     name = args.get("config") or (GPU_PRESETS[card] if card else default)
-    sets = set_values(args.get("set"))
-    preset = load(name, sets)
+    preset = load(name, set_values(args.get("set")), card=card)
     if card:
-        preset = with_sets(apply_card(preset, card), sets)  # --set wins over the card's table
         why = "as asked (--config)" if args.get("config") else f"the GPU preset for a {card}"
         extra = f" with its [gpu.{card}] settings" if card in (preset.get("gpu") or {}) else ""
         return preset, f"GPU {gpus[0].name} ({card}): preset **{name}**{extra}, {why}"
     return preset, f"no NVIDIA GPU: preset **{name}**" + ("" if args.get("config") else " (the CPU default)")
 
 
-def preset_name(preset: dict) -> str:
+def preset_name(preset: Preset) -> str:
     """Return the name ``--config`` takes for ``preset`` (its file's stem)."""
-    return Path(preset.get("_path", "preset")).stem
+    return preset.name
 
 
 @dataclass
@@ -140,151 +152,126 @@ class Inputs:
         return "built first: " + ", ".join(self.built) if self.built else ""
 
 
-def phase_inputs(preset: dict, phase: str, env: str | None = None) -> Inputs:
+def phase_inputs(preset: Preset, phase: str, env: str | None = None) -> Inputs:
     """Build what ``phase`` ("eval", "data", "sft" or "grpo") reads from earlier phases when a fresh runtime lacks
     it, with the earlier phases' own library calls: the corpus + index (search), the oracle's demonstrations on
-    the training questions, the curated SFT data, and for GRPO the SFT adapter of a CPU preset (one with a
-    ``[demo]`` table: minutes). A GPU preset's SFT adapter is not trained behind the notebook's back: ``missing``
-    then names notebook 03. ``env`` (default the registry's default, search) is the environment the phase runs:
-    the corpus, index and oracle demonstrations are the default environment's pipeline. Returns an :class:`Inputs`;
-    reruns find everything and do nothing."""
-    from agentrl.envs import registry
-    from agentrl.train.grpo import grpo_config
-    from agentrl.train.sft import run_sft, sft_config
-
+    the training questions, the curated SFT data, and for GRPO the SFT adapter of a CPU preset (one that trains the
+    tiny or the offline SmolLM2 model: minutes). A GPU preset's SFT adapter is not trained behind the notebook's back:
+    ``missing`` then names notebook 03. ``env`` (default the registry's default, search) is the environment the phase
+    runs: the corpus, index and oracle demonstrations are the default environment's pipeline. Returns an
+    :class:`Inputs`; reruns find everything and do nothing."""
     env = env or registry.DEFAULT
     pipeline = env == registry.DEFAULT
     out = Inputs()
-    adapter = grpo_config(preset).adapter if phase == "grpo" else None
+    adapter = preset.grpo().adapter if phase == "grpo" else None
     need_adapter = bool(adapter) and not (Path(adapter) / "adapter_config.json").is_file()
-    if need_adapter and not preset.get("demo"):
+    if need_adapter and not cpu_preset(preset):
         out.missing = (f"The SFT adapter `{adapter}` is missing: run notebook 03 (03_sft) with the same preset first "
                        f"(or `agentrl sft --config {preset_name(preset)}`: an SFT run of "
-                       f"`{sft_config(preset).model.name}`), then this notebook again.")
+                       f"`{preset.sft().model.name}`), then this notebook again.")
         return out
     need_data = (phase == "sft" or need_adapter) and not _sft_data(preset).is_file()
     oracle = (phase == "data" and pipeline or need_data) and not existing_runs(preset)
-    if pipeline and phase in ("eval", "grpo") or phase == "sft" or need_adapter or oracle:
+    if _needs_index(preset, phase, pipeline, need_adapter) or oracle:
         _index(preset, out)  # SFT's check and the oracle search it too
     if oracle:
         oracle_demonstrations(preset)
         out.built.append("01 oracle demonstrations")
     if need_data:
-        data = Path(sft_config(preset).data)
+        data = Path(preset.sft().data)
         if data.suffix == ".jsonl":
             out.missing = f"The SFT data `{data}` is missing: run notebook 02 (02_trajectories) first."
             return out
         curate_runs(preset, existing_runs(preset), data)
         out.built.append("02 curated SFT data")
     if need_adapter:
-        run_sft(sft_config(preset), preset)
+        run_sft(preset.sft(), preset.heldout, preset.eval(), preset.data, source=preset.describe())
         out.built.append("03 SFT adapter")
     return out
 
 
-def inputs_ready(preset: dict, phase: str, env: str | None = None) -> bool:
+def cpu_preset(preset: Preset) -> bool:
+    """Return True for a preset whose SFT model trains on a CPU in minutes (the tiny model, the offline SmolLM2):
+    the notebooks may train its SFT adapter when GRPO needs it."""
+    return Path(str(preset.sft().model.name)).name in ("tiny", "smollm2-135m-instruct")
+
+
+def inputs_ready(preset: Preset, phase: str, env: str | None = None) -> bool:
     """Return True when :func:`phase_inputs` would build nothing for ``phase`` (a notebook then goes on without a
     button; otherwise building the index, the demonstrations or an SFT adapter waits for one)."""
-    from agentrl.data.pipeline import corpus_paths
-    from agentrl.train.grpo import grpo_config
-
     pipeline = (env or default_env()) == default_env()
-    adapter = grpo_config(preset).adapter if phase == "grpo" else None
+    adapter = preset.grpo().adapter if phase == "grpo" else None
     need_adapter = bool(adapter) and not (Path(adapter) / "adapter_config.json").is_file()
-    need_index = pipeline and phase in ("eval", "grpo") or phase == "sft" or need_adapter
-    if need_index and not (corpus_paths(preset)[1] / "index.json").exists():
+    need_index = _needs_index(preset, phase, pipeline, need_adapter)
+    if need_index and not (corpus_paths(preset.data)[1] / "index.json").exists():
         return False
     if (phase == "sft" or need_adapter) and not _sft_data(preset).is_file():
         return False
     return not need_adapter
 
 
-def _index(preset: dict, out: Inputs) -> None:
-    from agentrl.data.pipeline import corpus_and_index, corpus_paths
+def _needs_index(preset: Preset, phase: str, pipeline: bool, need_adapter: bool) -> bool:
+    """Whether ``phase`` searches the preset's index: evaluation and GRPO of the pipeline's environment, SFT's
+    held-out check, an SFT adapter trained here."""
+    check = phase == "sft" and preset.sft().check_questions > 0 and preset.eval().env == default_env()
+    return pipeline and phase in ("eval", "grpo") or check or need_adapter
 
-    if not (corpus_paths(preset)[1] / "index.json").exists():
-        corpus_and_index(preset, progress=False)
+
+def _index(preset: Preset, out: Inputs) -> None:
+    if not (corpus_paths(preset.data)[1] / "index.json").exists():
+        corpus_and_index(preset.settings("corpus"), preset.settings("index"), progress=False)
         out.built.append("00 corpus + index")
 
 
-def _sft_data(preset: dict) -> Path:
-    from agentrl.train.sft import sft_config
-
-    data = Path(sft_config(preset).data)
+def _sft_data(preset: Preset) -> Path:
+    data = Path(preset.sft().data)
     return data if data.suffix == ".jsonl" else data / "trl" / "train.jsonl"
 
 
-def oracle_name(preset: dict) -> str:
+def oracle_name(preset: Preset) -> str:
     """Return the run name of the preset's oracle demonstrations: its ``[eval]`` name when the preset evaluates
     with the oracle (the demo), else "oracle"."""
-    ev = preset.get("eval") or {}
-    return ev.get("name", "oracle") if ev.get("policy") == "oracle" else "oracle"
+    ev = preset.eval()
+    return ev.name if ev.policy == "oracle" else "oracle"
 
 
-def existing_runs(preset: dict) -> list[str]:
+def existing_runs(preset: Preset) -> list[str]:
     """Return the evaluation runs of ``preset`` on disk that phase 02 curates: its own ``[eval]`` run (a served
     model's trajectories) and the oracle's demonstrations."""
-    names = dict.fromkeys([(preset.get("eval") or {}).get("name", "eval"), oracle_name(preset)])
+    names = dict.fromkeys([preset.eval().name, oracle_name(preset)])
     return [f"runs/eval/{n}" for n in names if (Path("runs") / "eval" / n / "trajectories.jsonl").is_file()]
 
 
-def demonstration_limit(preset: dict) -> int:
-    """Return how many questions (from the first) the oracle demonstrates: ``[demo] train_questions``, else all
-    but the last ``[grpo] eval_questions`` (GRPO's held-out questions; SFT's check then finds unseen ones)."""
-    from agentrl.rollout.evaluate import eval_config, load_rows
-    from agentrl.train.grpo import grpo_config
-
-    if (preset.get("demo") or {}).get("train_questions"):
-        return int(preset["demo"]["train_questions"])
-    rows = load_rows(eval_config(preset, offset=0, limit=None, qa=training_qa(preset)), preset)
-    return max(1, len(rows) - max(0, grpo_config(preset).eval_questions))
-
-
-def training_qa(preset: dict) -> str | None:
-    """Return the preset's separate training QA file (``[grpo] qa`` of a search run, e.g. MultiHop-RAG's training
-    split, when ``[eval]`` evaluates on another file), else None: demonstrations come from the training split."""
-    from agentrl.envs import registry
-    from agentrl.train.grpo import grpo_config
-
-    g = grpo_config(preset) if "grpo" in preset else None
-    return g.qa if g is not None and g.qa and g.env == registry.DEFAULT else None
+def oracle_config(preset: Preset, **changes) -> EvalConfig:
+    """Return the EvalConfig of the preset's oracle demonstrations: the evaluation's environment and tools on the
+    ``train`` split, from GRPO's QA file when GRPO trains that environment on a file of its own (MultiHop-RAG's
+    training split, when ``[eval]`` evaluates on the validation file), at most ``[eval] limit`` of them; ``changes`` as
+    in rollout.evaluate.variant."""
+    ev = preset.eval()
+    settings = ev.env_settings
+    if "grpo" in preset and preset.grpo().env == ev.env and getattr(preset.grpo().env_settings, "qa", None):
+        settings = dataclasses.replace(settings, qa=preset.grpo().env_settings.qa)
+    base = {"name": oracle_name(preset), "policy": "oracle", "split": "train", "qa": None, "offset": 0,
+            "limit": ev.limit, "envs": {**ev.envs, ev.env: settings}}
+    return variant(ev, **{**base, **{k: v for k, v in changes.items() if v is not None}})
 
 
-def oracle_config(preset: dict, **overrides):
-    """Return the EvalConfig of the preset's oracle demonstrations (``overrides`` as in eval_config), on its
-    training QA file when it has one (:func:`training_qa`)."""
-    from agentrl.rollout.evaluate import eval_config
-
-    base = {"name": oracle_name(preset), "policy": "oracle", "offset": 0, "limit": demonstration_limit(preset),
-            "qa": training_qa(preset)}
-    return eval_config(preset, **{**base, **{k: v for k, v in overrides.items() if v is not None}})
-
-
-def oracle_demonstrations(preset: dict) -> dict:
+def oracle_demonstrations(preset: Preset) -> dict:
     """Run (or resume) the oracle over the training questions of ``preset`` (gold evidence replayed through the
     real search tool); return its metrics."""
-    from agentrl.rollout.evaluate import run_eval
-
-    return run_eval(oracle_config(preset), preset, resume=True)
+    return run_eval(oracle_config(preset), preset.data, resume=True)
 
 
-def curate_runs(preset: dict, runs: list[str], out: Path) -> dict:
-    """Curate ``runs`` with the preset's ``[data]`` settings into ``out`` and export every format; return
-    ``{"report": ..., "counts": ...}``."""
-    from agentrl.data.curate import curate, data_config
-    from agentrl.data.export import FORMATS, export
-    from agentrl.train.heldout import heldout_keys
-
-    report = curate(runs, data_config(preset), out, heldout_keys(preset))
+def curate_runs(preset: Preset, runs: list[str], out: Path) -> dict:
+    """Curate ``runs`` with the preset's ``[data]`` settings into ``out`` (held-out items dropped) and export every
+    format; return ``{"report": ..., "counts": ...}``."""
+    report = curate(runs, preset.curate(), out, preset.heldout)
     return {"report": report, "counts": export(out, FORMATS)}
 
 
 def endpoint_up(base_url: str | None, timeout: float = 3.0) -> bool:
     """Return True when a server answers ``GET <base_url>/models`` (any HTTP status: a 401 is a server too); False
     for no URL."""
-    import urllib.error
-    import urllib.request
-
     if not base_url or not base_url.strip():
         return False
     try:
@@ -312,8 +299,6 @@ def serve_command(model: str | None, adapter: str | None = None, rank: int = 64)
 
 def adapter_rank(adapter: Path, default: int) -> int:
     """Return the LoRA rank ``r`` of the saved ``adapter`` (its adapter_config.json), else ``default``."""
-    import json
-
     config = Path(adapter) / "adapter_config.json"
     return int(json.loads(config.read_text()).get("r", default)) if config.is_file() else default
 
@@ -372,13 +357,13 @@ def _marimo_mode() -> str | None:
     return mode if mode in ("edit", "run", "script") else None
 
 
-def run_name(preset: dict, env: str, policy: str, typed: str) -> str:
+def run_name(preset: Preset, env: str, policy: str, typed: str) -> str:
     """Return the evaluation run's name: what the user typed, except the preset's default name with another policy
     than the preset's (that name holds the preset's own run: the oracle's in the demo), which becomes
     ``<policy>`` (``<env>_<policy>`` off the default environment), so a local model never shows the oracle's
     results."""
-    defaults = preset.get("eval") or {}
-    if typed != defaults.get("name", "eval") or policy == defaults.get("policy", "oracle"):
+    defaults = preset.eval()
+    if typed != defaults.name or policy == defaults.policy:
         return typed
     return policy if env == default_env() else f"{env}_{policy}"
 
@@ -416,8 +401,6 @@ def prepared_model(path: str) -> str | None:
     """Return ``path`` after building it when it is the tiny or the SmolLM2 directory and missing; None for ""."""
     if not path:
         return None
-    from agentrl.train.smol import ensure_model
-    from agentrl.train.tiny import ensure_tiny_model
 
     if Path(path).name == "tiny":
         ensure_tiny_model(path)
@@ -435,16 +418,12 @@ def adapter_for(adapter: str | None, model: str | None) -> str | None:
 
 def default_env() -> str:
     """Return the default environment's name (the corpus -> SFT -> GRPO pipeline's: search)."""
-    from agentrl.envs import registry
-
     return registry.DEFAULT
 
 
 def env_choices(*, evaluable: bool | None = True) -> tuple[str, ...]:
     """Return the environments a notebook offers: the registry's (those ``agentrl eval`` runs on their own, by
     default)."""
-    from agentrl.envs import registry
-
     return registry.names(evaluable=evaluable)
 
 
@@ -454,9 +433,6 @@ def env_dropdown(args: dict, choices=None, default: str | None = None, label: st
     (``path/to/my_env.py`` or ``package.module[:attr]``), which joins the choices. An ``--env`` that is neither is a
     DataError naming the choices."""
     import marimo as mo
-
-    from agentrl.core.io import DataError
-    from agentrl.envs import registry
 
     choices = list(choices or env_choices())
     value = str(arg(args, "env", "") or default or registry.DEFAULT)
@@ -473,11 +449,6 @@ def reward_samples(task, row: dict) -> dict[str, tuple]:
     """Return three sample episodes of ``row`` as ``{label: (prompt, completion, env, golden_answers)}``, each env
     in the state its completion left it: the oracle's (its plan's tool calls run on a real env), the oracle's final
     answer without any tool call, and a broken tool call. For a reward table that shows what each reward pays."""
-    from agentrl.core.aio import run_sync
-    from agentrl.envs.base import tool_methods
-    from agentrl.rollout.agent import run_episode
-    from agentrl.rollout.oracle import OraclePolicy
-
     played_env = task.make_env()
     traj = run_sync(run_episode(OraclePolicy(task.oracle_plan), task, row, max_turns=30, env=played_env))
     played = traj["messages"][2:]  # after the system and user messages: what GRPO calls the completion
@@ -499,10 +470,6 @@ def reward_table(funcs, samples: dict[str, tuple], names: list[str] | None = Non
     """Return ``{"completion": labels, <reward name>: values}``: each reward function on each sample episode
     (async ones, the judge, are run to completion), values rounded to 4 decimals. ``names`` are the rewards'
     names as the preset writes them (``format``, not the function's ``format_reward``)."""
-    import inspect
-
-    from agentrl.core.aio import run_sync
-
     table: dict[str, list] = {"completion": list(samples)}
     for i, f in enumerate(funcs):
         values = []

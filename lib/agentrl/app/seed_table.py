@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentrl.core.io import DataError, read_json
+
 # The seed's own figures (F1; its report gives no EM/acc for these rows): top-3 hybrid retrieval, 200-token chunks
 SEED_ROWS = [
     ("seed: Qwen3-4B-Instruct-2507 (base prompt)", 3, 200, "0.435", "", ""),
@@ -17,8 +19,6 @@ SEED_ROWS = [
 def run_row(run_dir: str | Path, chunk_size: int | None) -> tuple:
     """Return ``(model, top_k, chunk size, f1, em, acc)`` of an evaluation run directory (its metrics.json and
     manifest.json)."""
-    from agentrl.core.io import DataError, read_json
-
     run = Path(run_dir)
     try:
         metrics, manifest = read_json(run / "metrics.json"), read_json(run / "manifest.json")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import json
+
+from agentrl.envs import registry
 
 
 def trajectories_frame(records: list[dict]):
@@ -40,8 +43,6 @@ def metric_by_type_chart(records: list[dict], metric: str = "f1"):
 def metric_notes(env: str) -> str:
     """Return the note that explains ``env``'s metrics side by side (its registry entry's ``metrics_note``; ""
     when none is needed or ``env`` is unknown)."""
-    from agentrl.envs import registry
-
     try:
         return registry.get(env).metrics_note
     except Exception:  # a user's environment that no longer loads: no note
@@ -78,7 +79,6 @@ def chat_markdown(traj: dict, max_chars: int = 1200) -> str:
 
 def _escape(text: str) -> str:
     # markdown passes HTML through: <answer>...</answer> would vanish as an unknown tag
-    import html
 
     return html.escape(text, quote=False)
 

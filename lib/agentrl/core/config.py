@@ -1,17 +1,23 @@
-"""Presets and typed configs.
+"""Presets and typed settings: a preset's layers merged once, every key and value checked where it was written.
 
-A preset is a TOML file in ``configs/`` (``demo``, ``colab_qwen3_4b``, ...) with one table per phase. Each
-phase turns its table into a dataclass with :func:`from_dict`, which rejects unknown fields by name, and
-command-line flags override single fields afterwards. :func:`load_preset` with a schema (agentrl.app.presets)
-checks the whole preset first and applies ``--set section.key=value`` overrides.
+A preset is a TOML file in ``configs/`` (``demo``, ``colab_qwen3_4b``, ...) with one table per phase. What a run uses
+is the preset file with, in this order and nowhere else, the detected card's ``[gpu.<CARD>]`` tables, the
+``--set section.key=value`` overrides (and the command-line flags, which are written as such overrides) and, in a
+notebook, the hyperparameter form: :func:`merge` merges these :class:`Layer` s once and remembers which layer wrote
+each key, so a bad value is reported where it was written (``file:line``, the ``--set`` text, the form).
+:func:`from_dict` turns a table into its settings dataclass, checking names, types and a field's allowed values
+(``Literal``); a field whose metadata names a ``Extra`` takes keys the dataclass does not declare (an environment's
+own table, TRL's config fields) and checks them through it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import tomllib
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,28 +53,36 @@ def data_file(path: str | Path) -> Path:
     return candidate if candidate.exists() else p
 
 
-def load_preset(name_or_path: str | Path, sets: list[str] | tuple[str, ...] = (), schema: dict | None = None) -> dict:
-    """Return the parsed preset as a dict (with ``_path`` set to its file), the ``--set section.key=value``
-    overrides ``sets`` applied, and, given a ``schema`` (see :func:`validate_preset`), every table and key checked
-    before anything else reads it: an unknown one is a DataError naming the file, the line and the nearest valid
-    key."""
+# ----------------------------------------------------------------------------- layers
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """One source of preset values: the file, a card's table in it, a ``--set``, the notebook form. ``prefix`` is
+    where ``data`` sits in ``text`` (a card's table ``gpu.T4`` is written under that prefix in the file)."""
+
+    data: dict
+    where: str
+    text: str | None = None
+    prefix: tuple[str, ...] = ()
+
+    def at(self, path: tuple[str, ...]) -> str:
+        """Return where ``path`` (a key inside ``data``) was written: ``file:line`` when the line is known."""
+        if self.text is None:
+            return self.where
+        line = key_line(self.text, ".".join((*self.prefix, *path)))
+        return f"{self.where}:{line}" if line else self.where
+
+
+def read_preset(name_or_path: str | Path) -> Layer:
+    """Return the preset file as a Layer (its tables, its path, its text for line numbers)."""
     path = preset_path(name_or_path)
     text = path.read_text(encoding="utf-8")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise DataError(f"{path}: invalid TOML ({exc})") from None
-    if schema is not None:
-        validate_preset(data, schema, where=str(path), text=text)
-    for expr in sets or ():
-        keys, value = parse_set(expr)
-        if schema is not None:
-            validate_preset(nest(keys, value), schema, where=f"--set {expr}")
-        merge_into(data, nest(keys, value))
-    if sets and schema is not None:
-        validate_preset(data, schema, where=f"{path} with --set")
-    data["_path"] = str(path)
-    return data
+    return Layer(data, str(path), text)
 
 
 def parse_set(expr: str) -> tuple[list[str], Any]:
@@ -86,7 +100,7 @@ def parse_set(expr: str) -> tuple[list[str], Any]:
     return keys, value
 
 
-def nest(keys: list[str], value: Any) -> dict:
+def nest(keys: list[str] | tuple[str, ...], value: Any) -> dict:
     """Return ``{keys[0]: {keys[1]: ... value}}``."""
     out: Any = value
     for k in reversed(keys):
@@ -94,114 +108,250 @@ def nest(keys: list[str], value: Any) -> dict:
     return out
 
 
-def merge_into(base: dict, extra: dict) -> dict:
-    """Merge table ``extra`` into ``base`` in place (sub-tables merged key by key) and return ``base``."""
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            merge_into(base[k], v)
-        else:
-            base[k] = v
-    return base
+def set_layer(expr: str) -> Layer:
+    """Return the Layer of one ``--set section.key=value`` override."""
+    keys, value = parse_set(expr)
+    return Layer(nest(keys, value), f"--set {expr}")
 
 
-# A schema maps a table name to what it may hold: a dataclass (its init fields; nested dataclass fields are
-# sub-tables), a Keys (a closed set of key names), OPEN (any keys: reward weights, TRL's own fields validated by
-# their owner), or a Tables(schema) whose every key is a sub-table validated against ``schema`` (the [gpu.<CARD>]
-# overlays). Field metadata {"keys": callable} names the valid keys of a dict field (e.g. TRL's config fields).
-OPEN = "open"
+@dataclasses.dataclass
+class Merged:
+    """The merged tables of a preset's layers and, for every key path, the layer that wrote it last."""
+
+    data: dict
+    origins: dict[tuple[str, ...], Layer]
+    layers: list[Layer]
+
+    def at(self, dotted: str) -> str:
+        """Return where the key ``dotted`` (or the nearest table holding it) was written."""
+        path = tuple(dotted.split("."))
+        for n in range(len(path), 0, -1):
+            layer = self.origins.get(path[:n])
+            if layer is not None:
+                return layer.at(path)
+        return self.layers[0].where if self.layers else "preset"
 
 
-@dataclasses.dataclass(frozen=True)
-class Keys:
-    """A table whose keys are these names."""
+def merge(layers: list[Layer]) -> Merged:
+    """Return the layers merged in order (a later layer's key replaces an earlier one's; tables merge key by key),
+    with the origin of every key. The one merge of preset values: card tables, ``--set`` and the form go through
+    here."""
+    data: dict = {}
+    origins: dict[tuple[str, ...], Layer] = {}
 
-    names: tuple[str, ...]
+    def into(dst: dict, src: dict, path: tuple[str, ...], layer: Layer) -> None:
+        for k, v in src.items():
+            here = (*path, k)
+            if isinstance(v, dict) and isinstance(dst.get(k), dict):
+                into(dst[k], v, here, layer)  # the table keeps the origin of the layer that made it
+                continue
+            dst[k] = _copy(v)
+            for old in [p for p in origins if p[:len(here)] == here]:
+                del origins[old]
+            origins[here] = layer
+            if isinstance(v, dict):
+                for sub in _leaves(v, here):
+                    origins[sub] = layer
+
+    for layer in layers:
+        into(data, layer.data, (), layer)
+    return Merged(data, origins, list(layers))
 
 
-@dataclasses.dataclass(frozen=True)
-class Tables:
-    """A table of named sub-tables (``names``; empty = any name), each validated against ``schema`` (a callable
-    returning it, so a schema may contain itself)."""
-
-    schema: Any
-    names: tuple[str, ...] = ()
+def _leaves(table: dict, path: tuple[str, ...]):
+    for k, v in table.items():
+        yield (*path, k)
+        if isinstance(v, dict):
+            yield from _leaves(v, (*path, k))
 
 
-def validate_preset(data: dict, schema: dict, *, where: str, text: str | None = None, prefix: str = "") -> None:
-    """Raise DataError for the first unknown table or key of ``data`` (a preset or an override), naming
-    ``where`` (the file), the line of the key in ``text`` when given, and the nearest valid key; then for the first
-    value of the wrong type (as the phase's dataclass would refuse it). Returns None."""
+def _copy(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_copy(x) for x in v]
+    return v
+
+
+# ----------------------------------------------------------------------------- typed settings
+
+
+class SettingError(DataError):
+    """A setting's value is wrong; ``key`` is its dotted path inside the table being read (the location is added by
+    :func:`from_dict`)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+class Extra:
+    """Keys a settings dataclass takes besides its own fields, collected into one dict field (field metadata
+    ``{"extra": Extra(...)}``): an environment's table, TRL's config fields. ``names()`` are the keys it takes (for
+    "did you mean"), ``coerce(key, value, path, at)`` returns the checked value or raises KeyError when the key is
+    not one of its names (``table`` is the whole table being read)."""
+
+    def names(self) -> list[str]:
+        """Return the keys this extra takes."""
+        return []
+
+    def coerce(self, key: str, value: Any, path: str, at: Callable[[str], str], table: dict | None = None) -> Any:
+        """Return ``value`` checked for ``key`` (KeyError: not a key of this extra); ``table`` is the whole table
+        being read."""
+        raise KeyError(key)
+
+
+class Moved(Extra):
+    """Keys that moved elsewhere (an Extra that takes none): each is refused with where it went."""
+
+    def __init__(self, moved: dict[str, str]):
+        self.moved = moved
+
+    def coerce(self, key: str, value: Any, path: str, at: Callable[[str], str], table: dict | None = None) -> Any:
+        """Raise the DataError naming where ``key`` went; KeyError for a key that never existed."""
+        if key not in self.moved:
+            raise KeyError(key)
+        raise DataError(_located(at, path, f"{path} is no longer a key here: use {self.moved[key]}"))
+
+
+def from_dict(cls: type[T], data: dict | None, where: str = "config", at: Callable[[str], str] | None = None) -> T:
+    """Return ``cls(**data)`` with nested dataclasses built recursively, names, types and allowed values checked.
+
+    ``where`` is the table's dotted path (``grpo``); ``at(dotted)`` says where a key was written (``file:line``, a
+    ``--set``). A bad key or value raises DataError ``"<at>: <where.key>: <what>"``; an unknown key names the nearest
+    valid one. Keys the dataclass does not declare go to its Extra fields (:class:`Extra`), else are unknown.
+    """
+    at = at or (lambda dotted: "")
+    data = dict(data or {})
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    extras = {name: f.metadata["extra"] for name, f in fields.items() if "extra" in f.metadata}
+    kwargs: dict[str, Any] = {name: {} for name in extras}
     for name, value in data.items():
-        if name.startswith("_"):
+        path = f"{where}.{name}"
+        if name in fields and name not in extras:
+            kwargs[name] = _coerce(hints[name], value, path, at)
             continue
-        full = f"{prefix}{name}"
-        spec = schema.get(name)
-        if spec is None:
-            _unknown(full, name, [k for k in schema if not k.startswith("_")], where, text)
-        _check(spec, value, full, where, text)
-
-
-def _check(spec: Any, value: Any, full: str, where: str, text: str | None) -> None:
-    if spec == OPEN:
-        return
-    if not isinstance(value, dict):
-        if isinstance(spec, Keys | Tables) or dataclasses.is_dataclass(spec):
-            raise DataError(f"{_at(where, text, full)}: '{full}' must be a table, got {value!r}")
-        return
-    if isinstance(spec, Keys):
-        for k in value:
-            if k not in spec.names:
-                _unknown(f"{full}.{k}", k, list(spec.names), where, text)
-        return
-    if isinstance(spec, Tables):
-        for k, sub in value.items():
-            if spec.names and k not in spec.names:
-                _unknown(f"{full}.{k}", k, list(spec.names), where, text)
-            validate_preset(sub if isinstance(sub, dict) else {}, spec.schema(), where=where, text=text,
-                            prefix=f"{full}.{k}.")
-        return
-    fields = {f.name: f for f in dataclasses.fields(spec) if f.init}
-    hints = typing.get_type_hints(spec)
-    for k, v in value.items():
-        if k not in fields:
-            _unknown(f"{full}.{k}", k, list(fields), where, text)
-        tp = _table_type(hints[k])
-        keys_of = fields[k].metadata.get("keys")
-        if keys_of is not None and isinstance(v, dict):
-            _check(Keys(tuple(keys_of())), v, f"{full}.{k}", where, text)
-        elif tp is not None:
-            _check(tp, v, f"{full}.{k}", where, text)
+        for field_name, extra in extras.items():
+            try:
+                kwargs[field_name][name] = extra.coerce(name, value, path, at, data)
+                break
+            except KeyError:
+                continue
+        else:
+            known = [n for n in fields if n not in extras] + [k for e in extras.values() for k in e.names()]
+            unknown(path, known, at)
     try:
-        from_dict(spec, value, full)
-    except DataError as exc:  # a value of the wrong type: name the line of the field the message starts with
-        field_path = str(exc).split(":", 1)[0]
-        raise DataError(f"{_at(where, text, field_path)}: {exc}") from None
+        return cls(**kwargs)
+    except SettingError as exc:
+        path = f"{where}.{exc.key}"
+        raise DataError(_located(at, path, f"{path}: {exc}")) from None
 
 
-def _table_type(tp: Any) -> Any:
-    """Return the dataclass a field of type ``tp`` holds (``X | None`` included), else None."""
-    if dataclasses.is_dataclass(tp):
-        return tp
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
-        return inner[0] if inner else None
-    return None
-
-
-def _unknown(full: str, name: str, known: list[str], where: str, text: str | None) -> typing.NoReturn:
-    import difflib
-
+def unknown(path: str, known: list[str], at: Callable[[str], str]) -> typing.NoReturn:
+    """Raise the DataError of an unknown key ``path`` (dotted), naming the nearest of ``known`` (its siblings)."""
+    parent, _, name = path.rpartition(".")
     near = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    parent = full.rpartition(".")[0]
-    hint = (f"did you mean '{parent + '.' if parent else ''}{near[0]}'?" if near
-            else f"valid here: {', '.join(sorted(known))}")
+    shown = sorted(known)
+    listed = ", ".join(shown[:25]) + (f", ... ({len(shown)} keys)" if len(shown) > 25 else "")
+    hint = f"did you mean '{parent + '.' if parent else ''}{near[0]}'?" if near else f"valid here: {listed}"
     kind = "table" if not parent else "key"
-    raise DataError(f"{_at(where, text, full)}: unknown {kind} '{full}' ({hint})")
+    raise DataError(_located(at, path, f"unknown {kind} '{path}' ({hint})"))
 
 
-def _at(where: str, text: str | None, dotted: str) -> str:
-    line = key_line(text, dotted) if text else None
-    return f"{where}:{line}" if line else where
+def _located(at: Callable[[str], str], path: str, message: str) -> str:
+    where = at(path)
+    return f"{where}: {message}" if where else message
+
+
+def _coerce(tp: Any, value: Any, where: str, at: Callable[[str], str]) -> Any:
+    try:
+        return coerce(tp, value, where, at)
+    except SettingError as exc:  # its key is the dotted path of the value at fault (a dict's entry, a list's item)
+        raise DataError(_located(at, exc.key, f"{exc.key}: {exc}")) from None
+
+
+def coerce(tp: Any, value: Any, where: str, at: Callable[[str], str] | None = None) -> Any:
+    """Return ``value`` as type ``tp`` (unions, lists, dicts, ``Literal`` choices, nested dataclasses); a SettingError
+    whose key is the dotted path of the value at fault (``where`` or inside it) otherwise."""
+    at = at or (lambda dotted: "")
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(arg, value, where, at)
+            except (SettingError, DataError) as exc:
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        # the member of the value's own kind (a list for a list, ...) says best what is wrong with it
+        kinds = [a for a in args if a is not type(None)]
+        same = [e for a, e in zip(kinds, errors, strict=True) if _same_kind(a, value)]
+        if len(same) == 1:
+            raise same[0]
+        raise SettingError(where, f"expected {_type_name(tp)}, got {value!r}")
+    if origin is typing.Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.5)
+            raise SettingError(where, f"{value!r} is not one of {', '.join(map(repr, choices))}"
+                                      + (f" (did you mean {near[0]!r}?)" if near else ""))
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise SettingError(where, f"expected a table, got {value!r}")
+        return from_dict(tp, value, where, at)
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise SettingError(where, f"expected a list, got {value!r}")
+        args = typing.get_args(tp)
+        inner = args[0] if args else Any
+        items = [coerce(inner, v, f"{where}[{i}]", at) for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise SettingError(where, f"expected a table, got {value!r}")
+        args = typing.get_args(tp)
+        if len(args) == 2:
+            return {k: coerce(args[1], v, f"{where}.{k}", at) for k, v in value.items()}
+        return dict(value)
+    if tp is Any or tp is object:
+        return value
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if tp is bool and isinstance(value, bool):
+        return value
+    if tp in (int, str) and isinstance(value, tp) and not isinstance(value, bool):
+        return value
+    if tp is Path and isinstance(value, str | Path):
+        return Path(value)
+    raise SettingError(where, f"expected {_type_name(tp)}, got {value!r}")
+
+
+def _same_kind(tp: Any, value: Any) -> bool:
+    """Whether ``value`` is of the kind type ``tp`` describes (a list, a table, a scalar)."""
+    origin = typing.get_origin(tp)
+    if isinstance(value, list | tuple):
+        return origin in (list, tuple)
+    if isinstance(value, dict):
+        return origin is dict or tp is dict or dataclasses.is_dataclass(tp)
+    return origin not in (list, tuple, dict) and tp is not dict and not dataclasses.is_dataclass(tp)
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp) if a is not type(None))
+    if typing.get_origin(tp) in (list, tuple):
+        return "a list"
+    if typing.get_origin(tp) is dict or tp is dict:
+        return "a table"
+    return getattr(tp, "__name__", str(tp))
 
 
 def key_line(text: str, dotted: str) -> int | None:
@@ -232,71 +382,6 @@ def key_line(text: str, dotted: str) -> int | None:
     return best
 
 
-def from_dict(cls: type[T], data: dict | None, where: str = "config") -> T:
-    """Return ``cls(**data)`` with nested dataclasses built recursively and types checked.
-
-    Unknown fields and values of the wrong type raise DataError naming ``where.field``.
-    """
-    data = dict(data or {})
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise DataError(f"{where}: unknown field '{unknown[0]}' (known: {', '.join(sorted(fields))})")
-    kwargs = {}
-    for name, value in data.items():
-        kwargs[name] = _coerce(hints[name], value, f"{where}.{name}")
-    return cls(**kwargs)
-
-
-def _coerce(tp: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value, where)
-            except DataError as exc:
-                errors.append(exc)
-        raise errors[0] if errors else DataError(f"{where}: invalid value {value!r}")
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise DataError(f"{where}: expected a table, got {value!r}")
-        return from_dict(tp, value, where)
-    if origin in (list, tuple):
-        if not isinstance(value, list | tuple):
-            raise DataError(f"{where}: expected a list, got {value!r}")
-        args = typing.get_args(tp)
-        inner = args[0] if args else Any
-        items = [_coerce(inner, v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise DataError(f"{where}: expected a table, got {value!r}")
-        return dict(value)
-    if tp is Any:
-        return value
-    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if tp is bool and isinstance(value, bool):
-        return value
-    if tp in (int, str) and isinstance(value, tp) and not isinstance(value, bool):
-        return value
-    if tp is Path and isinstance(value, str | Path):
-        return Path(value)
-    raise DataError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
-
-
 def to_dict(obj: Any) -> dict:
-    """Return a dataclass config as a plain dict (for manifests)."""
-    return dataclasses.asdict(obj)
-
-
-def override(obj: T, **changes: Any) -> T:
-    """Return a copy of dataclass ``obj`` with the non-None ``changes`` applied."""
-    return dataclasses.replace(obj, **{k: v for k, v in changes.items() if v is not None})
+    """Return a dataclass config as a plain dict (for manifests), without the (always empty) ``moved`` fields."""
+    return dataclasses.asdict(obj, dict_factory=lambda items: {k: v for k, v in items if k != "moved"})

@@ -14,6 +14,8 @@ import logging
 import os
 from pathlib import Path
 
+from agentrl.core.io import DataError
+
 log = logging.getLogger(__name__)
 
 CHOICES = ("auto", "bf16", "fp32")
@@ -52,8 +54,6 @@ def use_bf16(kind: str, requested: str = "auto") -> bool:
     MIN_SPEEDUP times faster."""
     requested = os.environ.get("AGENTRL_CPU_PRECISION") or requested or "auto"
     if requested not in CHOICES:
-        from agentrl.core.io import DataError
-
         raise DataError(f"cpu precision must be one of {', '.join(CHOICES)} (got {requested!r})")
     if requested != "auto":
         return requested == "bf16"

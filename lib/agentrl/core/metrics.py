@@ -10,8 +10,10 @@ Example: gold ``["Tim Burton"]``, prediction ``"It was directed by Tim Burton."`
 
 from __future__ import annotations
 
+import logging
 import re
 import string
+import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -91,6 +93,26 @@ def answer_metrics(prediction: str | None, golds: str | Sequence[str] | None) ->
     return out
 
 
+def math_equal(prediction: str | None, gold: str) -> bool:
+    """Return True when ``prediction`` equals ``gold`` by math-verify (False for no or an over-long answer)."""
+    if not prediction or not prediction.strip() or len(prediction) > 1000:
+        return False
+    from math_verify import parse, verify
+
+    # math-verify's timeouts use SIGALRM, which exists in the main thread only
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    if timeout is None:  # off on purpose (as in TRL's accuracy reward): not a warning per thread to the reader
+        logging.getLogger("math_verify").setLevel(logging.ERROR)
+    text = re.sub(r"(?<=\d),(?=\d{3})", "", prediction.strip())  # 1,200 -> 1200
+    target = parse(f"${gold}$", parsing_timeout=timeout)
+    # plain text first ("72 clips"), then as a LaTeX formula (a bare "3/4")
+    for candidate in (text, f"${text}$"):
+        got = parse(candidate, parsing_timeout=timeout)
+        if got and verify(target, got, timeout_seconds=timeout):
+            return True
+    return False
+
+
 def aggregate(records: Iterable[dict], by: Sequence[str] = ("type", "level")) -> dict:
     """Return mean metrics over trajectory records, overall and broken down by metadata fields.
 
@@ -144,19 +166,3 @@ def _means(records: list[dict], keys: list[str]) -> dict[str, float]:
         return {}
     return {k: round(sum(float((r.get("metrics") or {}).get(k) or 0.0) for r in records) / len(records), 4)
             for k in keys}
-
-
-def same_item_key(row: dict) -> tuple[str, str]:
-    """Return what makes two task rows the same item: the id and the normalised question. (GSM8K's two bundled files
-    number their problems from 0 each: the same id there is a different item.)"""
-    return str(row.get("id")), normalize_answer(str(row.get("question") or ""))
-
-
-def drop_heldout(rows: list[dict], keys: set[tuple[str, str]], what: str) -> list[dict]:
-    """Return ``rows`` without the held-out items ``keys`` (:func:`same_item_key`), printing one line with the count
-    when any is dropped (``what`` names the data, e.g. "GRPO training rows")."""
-    kept = [r for r in rows if same_item_key(r) not in keys]
-    if len(kept) < len(rows):
-        print(f"held-out hygiene: dropped {len(rows) - len(kept)} of {len(rows)} {what} (evaluation / GRPO "
-              "held-out items of the preset)")
-    return kept

@@ -10,6 +10,7 @@ Nothing here imports a front end at module level; :func:`frontend` decides once 
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 
@@ -166,8 +167,6 @@ def quiet_library_output() -> None:
     """Turn off the libraries' own per-item output around a phase: datasets' map bars, transformers' and the
     Hub's download/loading bars and info logs, math_verify's per-call timeout warning. Each phase reports through
     :class:`Progress` instead."""
-    import logging
-
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     try:
         import datasets

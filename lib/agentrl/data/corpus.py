@@ -12,13 +12,17 @@ Passage record written to ``corpus.jsonl``::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl.core.io import DataError, iter_jsonl
+from agentrl.core.config import data_file
+from agentrl.core.io import DataError, iter_jsonl, read_jsonl, staged_dir, write_jsonl
+from agentrl.core.manifest import write_manifest
 from agentrl.core.metrics import gold_list
+from agentrl.retrieval.dense import resolve_embedder
 
 QA_FIELDS = ("id", "question", "golden_answers")
 
@@ -65,8 +69,6 @@ def load_qa(source: str | Path, *, split: str = "dev", limit: int | None = None)
         rows = list(_load_hf(src[3:], split, limit))
         where = src
     else:
-        from agentrl.core.config import data_file
-
         src = str(data_file(src))  # the bundled data/samples/ files from any working directory
         rows, where = [], src
         for lineno, rec in iter_jsonl(src):
@@ -214,8 +216,6 @@ def warn_rows_without(rows: list[dict], has, what: str, source) -> int:
     """Warn when some (not all) ``rows`` have no ``what`` (``has(row)`` false: no known layout holds it) and are
     skipped, naming ``source``, how many and the first one's line (its row number for a non-file source); return
     the count. All rows without it is an error for the caller to raise (see :func:`first_row_without`)."""
-    import warnings
-
     missing = [i for i, row in enumerate(rows) if not has(row)]
     if missing and len(missing) < len(rows):
         first = rows[missing[0]]
@@ -354,8 +354,6 @@ def embedder_tokenizer(embedder: str):
     """Return the Hugging Face tokenizer of an embedder (by alias, path or hub id), without its weights."""
     from transformers import AutoTokenizer
 
-    from agentrl.retrieval.dense import resolve_embedder
-
     path = resolve_embedder(embedder)
     tok = AutoTokenizer.from_pretrained(path, local_files_only=Path(path).exists())
     tok.model_max_length = 10**9  # chunking reads whole documents; the model never sees them unsplit
@@ -371,9 +369,6 @@ def build_corpus(out_dir: str | Path, *, qa: str | Path | None = None, corpus_fi
     replaced atomically, so a failure leaves the previous corpus in place.
     """
     from tqdm.auto import tqdm
-
-    from agentrl.core.io import staged_dir, write_jsonl
-    from agentrl.core.manifest import write_manifest
 
     if (qa is None) == (corpus_file is None):
         raise DataError("give exactly one of a QA file (contexts are pooled) or a corpus file")
@@ -403,8 +398,6 @@ def build_corpus(out_dir: str | Path, *, qa: str | Path | None = None, corpus_fi
 
 def read_corpus(corpus_dir: str | Path) -> list[dict]:
     """Return the passages of a corpus run directory (or a corpus.jsonl path)."""
-    from agentrl.core.io import read_jsonl
-
     path = Path(corpus_dir)
     path = path / "corpus.jsonl" if path.is_dir() else path
     passages = read_jsonl(path, required=("id", "title", "text"))
@@ -427,4 +420,5 @@ class CorpusConfig:
 
     def __post_init__(self):
         self.qa = self.qa or None  # qa = "": none (a preset that builds its corpus from corpus_file)
+        self.corpus_file = self.corpus_file or None  # "": none (--qa replaces the preset's corpus file)
 

@@ -20,8 +20,14 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from agentrl.core.io import DataError
+from agentrl.core.config import to_dict
+from agentrl.core.heldout import HeldOut
+from agentrl.core.io import DataError, JsonlAppender, staged_dir, write_json
+from agentrl.core.manifest import write_manifest
+from agentrl.core.metrics import normalize_answer
+from agentrl.data.trajectories import iter_trajectories, trajectory_frame
 
 
 @dataclass
@@ -43,28 +49,14 @@ class CurateConfig:
     balance_by: list[str] = field(default_factory=list)  # [] = off; ["tool_calls"] or ["tool_calls", "turns"]
     balance_target: dict[str, float] | str = "uniform"  # "uniform" or {bucket: weight}, buckets like "2" or "2|3"
     balance_cap: int | None = 4  # values >= cap share one bucket ("4+")
-    balance_mode: str = "cap"  # cap | exact
+    balance_mode: Literal["cap", "exact"] = "cap"
     max_examples: int | None = None
     val_fraction: float = 0.1
     seed: int = 0
 
 
-def data_config(preset: dict | None = None, **overrides) -> CurateConfig:
-    """Return the preset's ``[data]`` config with the non-None ``overrides`` applied (an unknown one is a
-    DataError)."""
-    from agentrl.core.config import from_dict, override
-
-    cfg = from_dict(CurateConfig, (preset or {}).get("data"), "data")
-    unknown = sorted(set(overrides) - set(CurateConfig.__dataclass_fields__))
-    if unknown:
-        raise DataError(f"data_config: unknown setting '{unknown[0]}' (CurateConfig fields)")
-    return override(cfg, **overrides)
-
-
 def question_key(question: str) -> str:
     """Return the normalised form of a question used for de-duplication and the split."""
-    from agentrl.core.metrics import normalize_answer
-
     return normalize_answer(question or "")
 
 
@@ -79,9 +71,9 @@ def bucket_label(values: tuple, cap: int | None) -> str:
     return "|".join(f"{cap}+" if cap is not None and v >= cap else str(v) for v in values)
 
 
-def select(df, cfg: CurateConfig, heldout: set[tuple[str, str]] | None = None) -> tuple:
+def select(df, cfg: CurateConfig, heldout: HeldOut) -> tuple:
     """Apply the curation steps to a flat trajectory frame; return ``(train_df, val_df, report)``. Trajectories of
-    the ``heldout`` items (id, normalised question: the preset's evaluation and GRPO held-out items) go first."""
+    the ``heldout`` items (the preset's gate: by id or normalised question) go first."""
     import polars as pl
 
     if not 0 <= cfg.val_fraction < 1:
@@ -96,11 +88,11 @@ def select(df, cfg: CurateConfig, heldout: set[tuple[str, str]] | None = None) -
         steps.append({"step": name, "reason": reason, "removed": before - df.height, "remaining": df.height})
 
     steps.append({"step": "input", "reason": "trajectories read", "removed": 0, "remaining": df.height})
-    if heldout:
-        held = [key in heldout for key in zip(df["id"].to_list(), map(question_key, df["question"].to_list()),
-                                               strict=True)]
-        step("heldout", "an evaluation / GRPO held-out item of the preset (never trained on)",
-             ~pl.Series(held, dtype=pl.Boolean))
+    held = [heldout.matches({"id": i, "question": q})
+            for i, q in zip(df["id"].to_list(), df["question"].to_list(), strict=True)]
+    heldout.dropped["trajectories"] = heldout.dropped.get("trajectories", 0) + sum(held)
+    step("heldout", f"a held-out item of {heldout.source or 'the preset'} (never trained on)",
+         ~pl.Series(held, dtype=pl.Boolean))
     step("errors", "the item failed (policy error or timeout)", pl.col("error").is_null())
     if cfg.envs:
         step("env", f"environment not in {cfg.envs}", pl.col("env").is_in(cfg.envs))
@@ -219,9 +211,6 @@ def balance(df, cfg: CurateConfig) -> tuple:
 def write_selection(df, path: Path) -> int:
     """Write the full trajectories of the rows in ``df`` (by source file and row) into ``path``, ordered by
     normalised question, source and row; return the count."""
-    from agentrl.core.io import JsonlAppender
-    from agentrl.data.trajectories import iter_trajectories
-
     # A concurrent run writes its records in completion order; ordering by question makes the curated files (and
     # so the SFT data order) a function of the set of trajectories, so a rerun reproduces the same training run.
     keys = df.sort(["qkey", "source", "row"]).select("source", "row").iter_rows()
@@ -240,15 +229,10 @@ def write_selection(df, path: Path) -> int:
     return len(records)
 
 
-def curate(sources, cfg: CurateConfig, out_dir: str | Path, heldout: set[tuple[str, str]] | None = None) -> dict:
+def curate(sources, cfg: CurateConfig, out_dir: str | Path, heldout: HeldOut) -> dict:
     """Curate trajectories from ``sources`` into ``out_dir`` (train/validation JSONL + curation.json); return
     the report. ``validation.jsonl`` is written only when the validation split has a trajectory. Trajectories of
-    the ``heldout`` items (agentrl.train.heldout.heldout_keys of the preset) are dropped, and counted."""
-    from agentrl.core.config import to_dict
-    from agentrl.core.io import staged_dir, write_json
-    from agentrl.core.manifest import write_manifest
-    from agentrl.data.trajectories import trajectory_frame
-
+    the ``heldout`` items (the preset's gate, agentrl.core.heldout) are dropped first, and counted."""
     df = trajectory_frame(sources)
     train, val, report = select(df, cfg, heldout)
     if train.height == 0:  # select() keeps train non-empty; an empty training file must never be written
@@ -260,6 +244,6 @@ def curate(sources, cfg: CurateConfig, out_dir: str | Path, heldout: set[tuple[s
                              "validation": write_selection(val, stage / "validation.jsonl") if val.height else 0}
         write_json(stage / "curation.json", report)
         write_manifest(stage, phase="data", name=out_dir.name, config=to_dict(cfg),
-                       counts={"input": df.height, **report["written"]},
+                       counts={"input": df.height, **report["written"]}, extra={"heldout": heldout.describe()},
                        inputs={f"source_{i}": s for i, s in enumerate(sorted(set(df["source"].to_list())))})
     return report

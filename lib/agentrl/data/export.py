@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from agentrl.core.chat import to_template_messages
-from agentrl.core.io import DataError
+from agentrl.core.io import DataError, iter_jsonl, read_jsonl, write_jsonl
 
 FORMATS = ("trl", "swift", "sharegpt")
 SPLITS = ("train", "validation")
@@ -89,8 +89,6 @@ def export(data_dir: str | Path, formats=FORMATS) -> dict:
 
     Trajectories without an assistant turn are skipped and counted.
     """
-    from agentrl.core.io import iter_jsonl, write_jsonl
-
     data_dir = Path(data_dir)
     unknown = set(formats) - set(FORMATS)
     if unknown:
@@ -122,18 +120,28 @@ def export(data_dir: str | Path, formats=FORMATS) -> dict:
     return counts
 
 
-def load_trl_dataset(path: str | Path):
-    """Return a ``datasets.Dataset`` from a TRL export file, with messages stored as JSON (no schema merging)."""
-    from datasets import Dataset, Features, Json, List, Value
-
-    from agentrl.core.io import read_jsonl
-
+def trl_rows(path: str | Path) -> list[dict]:
+    """Return the rows of a TRL export file (``messages``, ``tools``, ``id``), each with an assistant turn to train
+    on (DataError naming the file and line otherwise; an empty file is one too)."""
     rows = read_jsonl(path, required=("messages", "tools"))
     if not rows:
         raise DataError(f"{path}: empty dataset")
     for i, r in enumerate(rows, start=1):
         if not _has_assistant(r["messages"]):
             raise DataError(f"{path}:{i}: row has no assistant turn to train on")
+        r.setdefault("id", str(i - 1))
+    return rows
+
+
+def trl_dataset(rows: list[dict]):
+    """Return a ``datasets.Dataset`` of TRL rows, with messages stored as JSON (no schema merging)."""
+    from datasets import Dataset, Features, Json, List, Value
+
     features = Features({"id": Value("string"), "messages": List(Json()), "tools": Value("string")})
-    return Dataset.from_list([{"id": str(r.get("id", i)), "messages": r["messages"], "tools": r["tools"]}
-                              for i, r in enumerate(rows)], features=features)
+    return Dataset.from_list([{"id": str(r["id"]), "messages": r["messages"], "tools": r["tools"]} for r in rows],
+                             features=features)
+
+
+def load_trl_dataset(path: str | Path):
+    """Return a ``datasets.Dataset`` from a TRL export file (:func:`trl_rows`, :func:`trl_dataset`)."""
+    return trl_dataset(trl_rows(path))

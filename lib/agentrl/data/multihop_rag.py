@@ -24,7 +24,8 @@ import random
 import re
 from pathlib import Path
 
-from agentrl.core.io import DataError
+from agentrl.core.io import DataError, staged_dir, write_jsonl
+from agentrl.core.manifest import write_manifest
 
 HUB = "yixuantt/MultiHopRAG"
 FILES = {"MultiHopRAG": "MultiHopRAG.json", "corpus": "corpus.json"}  # hub config -> its file
@@ -111,9 +112,6 @@ def prepare(source: str | Path, out_dir: str | Path) -> dict:
     """Write ``out_dir/corpus.jsonl`` (a corpus file for ``agentrl corpus``), ``validation.jsonl`` and
     ``train.jsonl`` (QA files) and ``manifest.json`` from ``source`` (see :func:`read_records`); return the
     counts. The directory is replaced as a whole, so a failure leaves the previous one in place."""
-    from agentrl.core.io import staged_dir, write_jsonl
-    from agentrl.core.manifest import write_manifest
-
     articles = read_records(source, "corpus")
     split = task_rows(read_records(source, "MultiHopRAG"))
     counts = {"documents": len(articles), "validation": len(split["validation"]), "train": len(split["train"]),

@@ -9,7 +9,8 @@
   (``<sample>/successes/train.jsonl``) exported in the SFT formats (``successes/trl/train.jsonl``, ...), so
   ``agentrl sft --data <sample>/successes`` (or ``agentrl rft``) trains on them.
 
-Both refuse any item the sample run recorded as held out (a defence in depth: sampling never draws them).
+Both pass the sampled items through the preset's held-out gate (agentrl.core.heldout: sampling never draws a held-out
+item, and a sample run from elsewhere, or from an earlier preset, is checked again here).
 """
 
 from __future__ import annotations
@@ -18,24 +19,21 @@ import json
 from pathlib import Path
 
 from agentrl.core.chat import to_template_messages
-from agentrl.core.io import DataError
+from agentrl.core.heldout import HeldOut
+from agentrl.core.io import DataError, read_json, read_jsonl, write_jsonl
+from agentrl.data.export import export
 
 
-def attempts(sample_dir: str | Path) -> dict[str, list[tuple[dict, bool]]]:
+def attempts(sample_dir: str | Path, heldout: HeldOut) -> dict[str, list[tuple[dict, bool]]]:
     """Return ``{item id: [(trajectory, success), ...]}`` of a sample run, attempts in order, success as the run
-    recorded it (its success key and minimum). A held-out item among them is a DataError."""
-    from agentrl.core.io import read_json, read_jsonl
-
+    recorded it (its success key and minimum), without the held-out items (the gate says how many it dropped)."""
     sample_dir = Path(sample_dir)
     if not (sample_dir / "manifest.json").is_file() or not (sample_dir / "outcomes.jsonl").is_file():
         raise DataError(f"{sample_dir}: not a sample run (no manifest.json / outcomes.jsonl; run `agentrl sample`)")
     manifest = read_json(sample_dir / "manifest.json")
-    held = {str(i) for i in (manifest.get("heldout_ids") or [])}
-    outcomes = {str(o["id"]): o["success"] for o in read_jsonl(sample_dir / "outcomes.jsonl",
-                                                                required=("id", "success"))}
-    leaked = sorted(held & set(outcomes))
-    if leaked:
-        raise DataError(f"{sample_dir}: held-out item(s) {leaked[:5]} among the sampled items; nothing was written")
+    found = read_jsonl(sample_dir / "outcomes.jsonl", required=("id", "success"))
+    found = heldout.drop(found, f"sampled items of {sample_dir}")
+    outcomes = {str(o["id"]): o["success"] for o in found}
     out: dict[str, list[tuple[dict, bool]]] = {i: [] for i in outcomes}
     for j in range(int(manifest["config"]["k"])):
         for t in read_jsonl(sample_dir / "attempts" / f"a{j}" / "trajectories.jsonl"):
@@ -63,14 +61,12 @@ def pair_row(item_id: str, good: dict, bad: dict) -> dict | None:
             "rejected": to_template_messages([bm[i]]), "tools": json.dumps(good.get("tools") or [])}
 
 
-def export_pairs(sample_dir: str | Path, max_per_item: int = 2) -> dict:
+def export_pairs(sample_dir: str | Path, heldout: HeldOut, max_per_item: int = 2) -> dict:
     """Write ``<sample>/pairs/train.jsonl``: up to ``max_per_item`` (success, failure) pairs per item, the i-th
     success with the i-th failure; return counts (items with both outcomes, pairs, pairs skipped as not differing
     at an assistant turn). No pair at all is a DataError (nothing is written)."""
-    from agentrl.core.io import write_jsonl
-
     sample_dir = Path(sample_dir)
-    trajs = attempts(sample_dir)
+    trajs = attempts(sample_dir, heldout)
     rows, mixed, skipped = [], 0, 0
     for item, tried in trajs.items():
         good = [t for t, ok in tried if ok]
@@ -92,14 +88,11 @@ def export_pairs(sample_dir: str | Path, max_per_item: int = 2) -> dict:
     return counts
 
 
-def export_successes(sample_dir: str | Path, formats=("trl",)) -> dict:
+def export_successes(sample_dir: str | Path, heldout: HeldOut, formats=("trl",)) -> dict:
     """Write the successful attempts (distinct conversations per item) to ``<sample>/successes/train.jsonl`` and
     export them (agentrl.data.export) for SFT; return counts. No success at all is a DataError."""
-    from agentrl.core.io import write_jsonl
-    from agentrl.data.export import export
-
     sample_dir = Path(sample_dir)
-    trajs = attempts(sample_dir)
+    trajs = attempts(sample_dir, heldout)
     kept = []
     for tried in trajs.values():
         seen = set()

@@ -17,7 +17,11 @@ import json
 import warnings
 from pathlib import Path
 
-from agentrl.core.io import DataError, iter_jsonl, read_json
+from agentrl.core.chat import extract_answer
+from agentrl.core.io import DataError, iter_jsonl, read_json, staged_dir, write_jsonl
+from agentrl.core.manifest import write_manifest
+from agentrl.core.metrics import answer_metrics, gold_list
+from agentrl.data.trajectories import reasoning_chars, usage_summary
 
 _METRIC_KEYS = {"em": "em", "f1": "f1", "acc": "acc", "precision": "precision", "recall": "recall"}
 
@@ -73,10 +77,6 @@ def load_seed_run(run_dir: str | Path, with_eval: bool | None = None) -> tuple[l
 def convert(items: list[dict], entries: list[dict], env: str) -> tuple[list[dict], dict]:
     """Return ``(trajectories, counts)`` built from seed eval items and their trace entries, labelled with the
     environment ``env`` (the seed's runs are search-agent runs)."""
-    from agentrl.core.chat import extract_answer
-    from agentrl.core.metrics import answer_metrics, gold_list
-    from agentrl.data.trajectories import reasoning_chars, usage_summary
-
     by_user: dict[str, list[dict]] = {}
     for e in entries:
         by_user.setdefault(_first_user(e["input"].get("messages") or []), []).append(e)
@@ -134,9 +134,6 @@ def convert(items: list[dict], entries: list[dict], env: str) -> tuple[list[dict
 def import_seed(run_dir: str | Path, out_dir: str | Path, with_eval: bool | None = None, *, env: str) -> dict:
     """Convert a seed run directory into ``out_dir/trajectories.jsonl`` (+ manifest), its trajectories labelled with
     environment ``env``; return the counts."""
-    from agentrl.core.io import staged_dir, write_jsonl
-    from agentrl.core.manifest import write_manifest
-
     items, entries = load_seed_run(run_dir, with_eval)
     trajs, counts = convert(items, entries, env)
     if counts["without_trace"]:

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentrl.core.io import write_json, write_text_atomic
+from agentrl.data.trajectories import trajectory_frame
+
 OUTCOMES = ("all", "success", "failure")
 
 
@@ -186,9 +189,6 @@ def charts(df, threshold: float = 0.8) -> dict:
 def analyze(sources, out_dir: str | Path, threshold: float = 0.8, *, png: bool = True) -> dict:
     """Compute statistics over ``sources`` and write stats.json, stats.md and PNG charts into ``out_dir``."""
     import altair as alt
-
-    from agentrl.core.io import write_json, write_text_atomic
-    from agentrl.data.trajectories import trajectory_frame
 
     df = trajectory_frame(sources)
     stats = compute_stats(df, threshold)

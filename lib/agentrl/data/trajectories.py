@@ -15,6 +15,9 @@ counted.
 
 from __future__ import annotations
 
+import json
+import mmap
+import re
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -139,7 +142,6 @@ def _fast_frame(path: Path):
     if gaps.height > frame.height // 5:  # mostly an older writer: one careful pass is cheaper than patching
         return _careful_frame(path)
     if gaps.height:  # complete these rows from their messages, reading only their lines
-        import json
 
         lines = _lines(path, set(gaps["row"].to_list()))
         patch = [flatten(json.loads(line), str(path), row) for row, line in lines.items()]
@@ -151,9 +153,6 @@ def _fast_frame(path: Path):
 
 def _count_in_file(path: Path, pattern: bytes) -> int:
     """Return how many times the regular expression ``pattern`` matches in the file (through a memory map)."""
-    import mmap
-    import re
-
     if path.stat().st_size == 0:
         return 0
     with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
@@ -162,8 +161,6 @@ def _count_in_file(path: Path, pattern: bytes) -> int:
 
 def _lines(path: Path, rows: set[int]) -> dict[int, bytes]:
     """Return the bytes of the given non-blank line numbers (0-based), found by a vectorised newline scan."""
-    import mmap
-
     import numpy as np
 
     chunk = 1 << 24  # scan 16 MB at a time: memory stays flat whatever the file size
@@ -228,8 +225,6 @@ def trajectory_frame(sources: Iterable[str | Path]):
 
 def read_trajectory(source: str | Path, row: int) -> dict:
     """Return the full trajectory at non-blank line ``row`` (0-based) of ``source``."""
-    import json
-
     lines = _lines(Path(source), {row})
     if row not in lines:
         raise DataError(f"{source}: no row {row}")

@@ -1,3 +1,7 @@
 """Environments: one folder per task family (search, sql, textgame, math, code, mixed), each declared once in its
 ``__init__.py`` and found through :mod:`agentrl.envs.registry`; ``base`` is the tool contract every environment class
 follows, ``task`` the episode settings and the Task an environment builds (docs/environments.md)."""
+
+# the built-in folders, in the order listings show them (and in which the tiny model's tokenizer reads their prompts)
+BUILTIN = ("search", "sql", "textgame", "math", "code", "mixed")
+DEFAULT = BUILTIN[0]

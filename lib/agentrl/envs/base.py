@@ -15,6 +15,9 @@ TRL's renders ``{'error': ...}``; the environment itself remembers why each of i
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import contextlib
 import functools
 import inspect
 import json
@@ -139,9 +142,6 @@ INTERRUPT_WAIT = 10.0
 
 
 async def _in_thread(env: Any, fn, args: dict):
-    import asyncio
-    import contextlib
-
     work = asyncio.ensure_future(asyncio.to_thread(fn, **args))
     try:
         return await asyncio.shield(work)
@@ -270,7 +270,6 @@ def _trl_error(content) -> str | None:
     # TRL 1.14's rendering of a failed tool call: str({"error": str(exc)})
     if not isinstance(content, str) or not content.startswith("{'error': "):
         return None
-    import ast
 
     try:
         value = ast.literal_eval(content)

@@ -17,31 +17,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrl.core.config import Extra, from_dict
 from agentrl.core.io import DataError
+from agentrl.envs import BUILTIN
+from agentrl.envs import DEFAULT as DEFAULT  # re-exported: registry.DEFAULT
+from agentrl.envs.base import _tool_names, active_env
+from agentrl.envs.task import EnvSettings
 
-# the built-in folders, in the order listings show them (and in which the tiny model's tokenizer reads their prompts)
-BUILTIN = ("search", "sql", "textgame", "math", "code", "mixed")
-DEFAULT = BUILTIN[0]
-SPLITS = ("train", "eval", "heldout")
-GENERATED_ROWS = 20  # rows an environment that generates its tasks (the text game) makes when nobody says how many
+SPLITS = ("train", "validation", "heldout")  # every environment's; "all" is their union in the source's order
 
 
 @dataclass(frozen=True)
 class Environment:
     """One task family, everything the library asks about it in one place.
 
-    ``build(settings, preset)`` returns the :class:`agentrl.envs.task.Task` of a run (environment factory with its
-    tools, system prompt, oracle plan, scorer); ``rows(split, source, n, preset)`` returns task rows: ``train``
-    (what training draws from), ``eval`` (what ``agentrl eval`` runs by default) and ``heldout`` (what a training run
-    evaluates on and never trains on); ``source`` (a ``--qa`` value: a file or a named source) replaces the default
-    source, ``n`` is how many rows a generator should make (others ignore it). ``score(prediction, row, env)`` returns
-    an episode's metrics; ``success`` names the headline one (1.0 = solved)."""
+    ``settings`` is its settings dataclass (agentrl.envs.task.EnvSettings and its own fields: the split sizes, the
+    tools' knobs); a preset gives them per run as ``[eval.<name>]`` / ``[grpo.<name>]``. ``build(settings, preset)``
+    returns the :class:`agentrl.envs.task.Task` of a run (environment factory with its tools, system prompt, oracle
+    plan, scorer); ``rows(split, settings, preset, source)`` returns task rows of a split: ``train`` (what training
+    draws from), ``validation`` (what hyperparameters are chosen on) and ``heldout`` (what runs report on, which no
+    training path may use); the three never share an item. ``source`` (a ``--qa`` value: a file or a named source)
+    replaces the split's default source. ``score(prediction, row, env)`` returns an episode's metrics; ``success``
+    names the headline one (1.0 = solved)."""
 
     name: str
     summary: str  # one line for listings
     build: Callable[..., Any]
     rows: Callable[..., list[dict]]
     score: Callable[[str | None, dict, Any], dict]
+    settings: type = EnvSettings  # its settings dataclass: EnvSettings and its own fields
     env_class: str | type = ""  # the environment class (or "module:Class"): its public methods are the tools
     prompts: dict[str, str] = field(default_factory=dict)  # name -> text; the first is the default
     rewards: dict[str, float] = field(default_factory=dict)  # GRPO's rewards and weights when a run names none
@@ -50,11 +54,9 @@ class Environment:
     success: str = "em"
     metrics: tuple[str, ...] = ()  # further metrics a summary shows
     answer_scored: bool = True  # golden_answers are the answer (answer_f1 / answer_em / judge can score an episode)
-    pooled: bool = False  # train and heldout are separate item pools (else GRPO holds out a slice of its train rows)
-    routes: bool = False  # rows name their family in ``env`` and each plays in that family's environment (a mixture)
+    eval_split: str = "heldout"  # the rows ``agentrl eval`` runs when no split is given ("all": every row)
     evaluable: bool = True  # ``agentrl eval`` runs it on its own rows
-    row_metadata: bool = True  # GRPO's dataset carries each row's metadata (the env rebuilds its task from it)
-    min_turns: int = 0  # evaluation gives an episode at least this many turns unless told otherwise
+    max_turns: int = 6  # an episode's turn budget unless its settings say otherwise
     demo_items: int = 0  # ``agentrl demo`` runs the oracle on this many of its eval items (0: not in the demo)
     mixture_note: str = ""  # added to a mixture's system prompt when this env takes part
     metrics_note: str = ""  # how to read its metrics side by side (shown under an evaluation's table)
@@ -133,6 +135,8 @@ def _from_module(module, attr: str | None, where: str | None = None) -> Environm
 def _register(env: Environment, builtin: bool = False) -> Environment:
     if not builtin and env.name in BUILTIN:
         raise DataError(f"environment name '{env.name}' is a built-in environment's; give yours another name")
+    if not (isinstance(env.settings, type) and issubclass(env.settings, EnvSettings)):
+        raise DataError(f"environment {env.name}: settings must be a dataclass extending agentrl.envs.task.EnvSettings")
     unknown = [s for s in env.rewards if s not in env.reward_metrics and s not in env.reward_functions
                and s not in GENERIC_REWARDS]
     if unknown:
@@ -176,8 +180,6 @@ def env_class(env: Environment) -> type:
 
 def tools(env: Environment) -> tuple[str, ...]:
     """Return the names of the environment's tools (its class's public methods, TRL's rule)."""
-    from agentrl.envs.base import _tool_names
-
     return _tool_names(env_class(env))
 
 
@@ -200,10 +202,54 @@ def env_name(env: Any) -> str | None:
     registered environment whose class it is an instance of (None when there is none)."""
     if env is None:
         return None
-    from agentrl.envs.base import active_env
-
     env = active_env(env)
     name = getattr(env, "_agentrl_env", None)
     if name is None:
         name = next((n for n in names() if isinstance(env, env_class(get(n)))), None)
     return name
+
+
+def settings_of(env: Environment, table: dict | None = None, where: str | None = None, at=None):
+    """Return ``env``'s settings from a preset ``table`` (``[eval.<name>]``; None: its defaults), names, types and
+    values checked (DataError naming ``where`` and the key)."""
+    return from_dict(env.settings, table or {}, where or env.name, at)
+
+
+def split_rows(env: Environment, split: str, settings, preset: dict | None = None,
+               source: str | None = None) -> list[dict]:
+    """Return ``env``'s rows of ``split`` (one of SPLITS, or "all": every row, the source's order) for ``settings``;
+    ``source`` replaces the split's default source. An unknown split is a DataError."""
+    if split not in (*SPLITS, "all"):
+        raise DataError(f"unknown split '{split}' (choose from {', '.join(SPLITS)}, all)")
+    return env.rows(split, settings, preset or {}, source)
+
+
+class EnvTables(Extra):
+    """The tables of a run's table named after environments (``[eval.search]``, ``[grpo.sql]``): each holds that
+    environment's settings, checked against its settings dataclass (agentrl.core.config.Extra). ``training``: the
+    run trains (GRPO), so ``rewards`` may be given."""
+
+    def __init__(self, training: bool):
+        self.training = training
+
+    def names(self) -> list[str]:
+        """Return the environments a run table may configure."""
+        return list(names())
+
+    def coerce(self, key: str, value, path: str, at, table: dict | None = None):
+        """Return the settings of environment ``key`` from its table; KeyError when ``key`` names no environment
+        (neither a registered one nor the one the run's ``env`` loads)."""
+        spec = _LOADED.get(key) or (get(key) if key in BUILTIN else None)
+        if spec is None and table is not None and isinstance(table.get("env"), str) and _looks_external(table["env"]):
+            loaded = get(table["env"])
+            spec = loaded if loaded.name == key else None
+        if spec is None:
+            raise KeyError(key)
+        if not isinstance(value, dict):
+            raise DataError(f"{at(path) + ': ' if at(path) else ''}{path}: expected a table of {key}'s settings, "
+                            f"got {value!r}")
+        if value.get("rewards") and not self.training:
+            where = at(f"{path}.rewards")
+            raise DataError(f"{where + ': ' if where else ''}{path}.rewards: rewards train an environment; they go in "
+                            f"the GRPO run's table ([grpo.{key}] rewards)")
+        return settings_of(spec, value, path, at)

@@ -1,46 +1,35 @@
-"""What an environment builds for a run: the episode settings it reads and the Task it returns.
+"""What an environment reads and what it builds for a run: its settings (:class:`EnvSettings`) and its :class:`Task`.
 
-:class:`EpisodeSettings` are the knobs of an episode, defined once: the ``[eval]`` table takes them, and the
-``[grpo]`` table too, where a key it does not set takes ``[eval]``'s value (the agent trains with the tools it is
-evaluated with). An environment's ``build(settings, preset)`` returns a :class:`Task`: the environment factory, the
-system prompt, the oracle's plan and the scorer that the agent loop, the batch runner, SFT export and GRPO share.
+Every environment's settings are a dataclass that extends :class:`EnvSettings` with its own fields (the search
+environment's ``top_k`` and QA file, the SQL environment's backend and scoring, ...) and its split sizes. A preset
+gives them per run, in a table named after the environment inside the run's table (``[eval.search]``,
+``[grpo.sql]``); nothing else carries an environment's knobs. ``build(settings, preset)`` returns the Task: the
+environment factory, the system prompt, the oracle's plan and the scorer that the agent loop, the batch runner, SFT
+export and GRPO share.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrl.core.config import Moved
+from agentrl.envs.base import instrumented
+
 
 @dataclass
-class EpisodeSettings:
-    """How an episode runs, whichever environment reads it (each reads the keys that concern it; README.md in its
-    folder says which)."""
+class EnvSettings:
+    """What every environment reads: the prompt, the turn and tool-call budgets of an episode, and (GRPO) the rewards
+    that train it. (GRPO's rollouts take their turn budget from TRL's ``max_tool_calling_iterations``; ``max_turns``
+    is the agent loop's: evaluation, sampling, GRPO's held-out evaluation.)"""
 
     prompt: str | None = None  # a prompt name of the env (its README lists them) or the text itself; default its own
-    top_k: int = 3  # search: passages per call
-    search_method: str | None = None  # search: bm25 | dense | hybrid; default the index's
-    raw_chunks: bool = False  # search: raw chunks instead of the top_k distinct documents
-    max_searches: int = 4  # the tool-call budget: searches (search), statements (sql)
-    passage_chars: int | None = None  # search: cut each passage to this many characters
-    max_query_chars: int | None = None  # search: longer queries are a tool error; default 2,000
-    index: str | None = None  # search: index directory; default the preset's phase-00 index
-    mcp_url: str | None = None  # search: a remote MCP retrieval server instead of a local index
-    sql_partial_credit: float = 0.1  # sql: exec score when statements ran but the result/final table is wrong
-    sql_jaccard: bool = False  # sql: Jaccard overlap of rows as partial credit when larger than the above
-    sql_scoring: str = "agentbench"  # sql headline em: AgentBench's rules, or "lenient" (normalised values)
-    sql_backend: str = "sqlite"  # sql databases: sqlite (in-process, fast) or mariadb (a MySQL-compatible server)
-    env_args: dict = field(default_factory=dict)  # keyword settings of a user's environment (its build reads them)
-
-
-EPISODE_KEYS = tuple(f.name for f in dataclasses.fields(EpisodeSettings))
-
-
-def episode_settings(settings: EpisodeSettings) -> EpisodeSettings:
-    """Return the EpisodeSettings part of ``settings`` (an EvalConfig or GRPOSettings) as a plain copy."""
-    return EpisodeSettings(**{k: getattr(settings, k) for k in EPISODE_KEYS})
+    max_turns: int | None = None  # assistant turns an episode may take (None: the environment's own budget)
+    max_tool_calls: int | None = None  # tool calls an episode may make (None: the environment's own budget)
+    # GRPO only ([grpo.<env>]): reward name -> weight; empty = the environment's declared defaults (its README)
+    rewards: dict[str, float] = field(default_factory=dict)
+    moved: dict = field(default_factory=dict, metadata={"extra": Moved({"max_searches": "max_tool_calls"})})
 
 
 @dataclass
@@ -53,8 +42,9 @@ class Task:
     oracle_plan: Callable[[dict], list] | None
     score: Callable[[str | None, dict, Any], dict]
     config: dict = field(default_factory=dict)
+    families: tuple[str, ...] = ()  # the environments whose episodes it plays (a mixture's members; else its own)
+    max_turns: int = 6  # an episode's turn budget (the settings' max_turns, else the environment's own)
 
     def __post_init__(self):
-        from agentrl.envs.base import instrumented
-
         self.make_env = instrumented(self.make_env, self.name)
+        self.families = self.families or (self.name,)

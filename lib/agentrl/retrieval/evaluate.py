@@ -17,8 +17,10 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentrl.core.io import DataError
-from agentrl.data.corpus import first_row_without, gold_titles, warn_rows_without
+from agentrl.core.io import DataError, write_json
+from agentrl.data.corpus import first_row_without, gold_titles, load_qa, warn_rows_without
+from agentrl.data.multihop_rag import fact_metrics, gold_facts
+from agentrl.retrieval import Retriever
 
 DEFAULT_KS = (1, 2, 5, 10, 20)
 
@@ -97,8 +99,6 @@ def evaluate_retrieval(retriever, rows: list[dict], *, methods: Sequence[str] = 
 def _fact_metrics(retriever, rows: list[dict], method: str, ks: Sequence[int], batch_size: int) -> dict:
     """Return MultiHop-RAG's fact-based metrics (``fact_hits@k``, ``fact_recall@k``: an evidence fact occurs in a
     retrieved raw chunk, whitespace removed from both) averaged over the rows with evidence facts; {} without."""
-    from agentrl.data.multihop_rag import fact_metrics, gold_facts
-
     with_facts = [(r, gold_facts(r)) for r in rows]
     with_facts = [(r, f) for r, f in with_facts if f]
     if not with_facts:
@@ -157,10 +157,6 @@ def run_retrieval_eval(index_dir: str | Path, qa: str | Path, *, out_dir: str | 
     ``out_dir`` defaults to the corpus run directory that holds the index; ``distinct`` overrides the index's
     setting (distinct documents, or raw chunks with False). Returns the report.
     """
-    from agentrl.core.io import write_json
-    from agentrl.data.corpus import load_qa
-    from agentrl.retrieval import Retriever
-
     retriever = Retriever.load(index_dir, dense=any(m != "bm25" for m in methods), overrides={"distinct": distinct})
     rows = load_qa(qa, limit=limit)
     report = evaluate_retrieval(retriever, rows, methods=methods, ks=ks, source=str(qa))

@@ -13,7 +13,9 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from agentrl.core.io import DataError
+from agentrl.retrieval import Retriever
 from agentrl.retrieval.batcher import BatchSearcher
+from agentrl.retrieval.mcp_fast import SearchFastPath
 
 
 class Passage(BaseModel):
@@ -75,8 +77,6 @@ def http_app(retriever, *, host: str = "127.0.0.1", method: str | None = None, m
     from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
     from mcp_types import Implementation
 
-    from agentrl.retrieval.mcp_fast import SearchFastPath
-
     searcher = BatchSearcher(retriever, method)
     server = build_server(retriever, method=method, max_top_k=max_top_k, max_query_chars=max_query_chars,
                           searcher=searcher)
@@ -105,8 +105,6 @@ def serve(index_dir: str, *, transport: str = "stdio", host: str = "127.0.0.1", 
     """Load the index, warm the embedder up and serve until interrupted (blocks).
 
     ``distinct`` overrides the index's setting: distinct documents (default) or raw chunks (False)."""
-    from agentrl.retrieval import Retriever
-
     retriever = Retriever.load(index_dir, overrides={"distinct": distinct})
     retriever.search("warm up", 1, method)  # load the embedder before the first client waits for it
     if transport == "stdio":

@@ -13,7 +13,7 @@ from typing import Any
 
 from agentrl.core.chat import Turn, extract_answer
 from agentrl.data.trajectories import reasoning_chars, usage_summary
-from agentrl.envs.base import call_tool, tool_schemas
+from agentrl.envs.base import _in_thread, call_tool, tool_schemas
 
 HEAVY_METADATA = ("context", "paragraphs", "table")  # large per-row fields kept out of trajectories
 
@@ -31,23 +31,34 @@ def assistant_message(turn: Turn) -> dict:
     return msg
 
 
-async def run_episode(policy, task, row: dict, *, max_turns: int = 6, env=None) -> dict:
-    """Run one task row to completion and return its trajectory (metrics included).
+async def run_episode(policy, task, row: dict, *, max_turns: int = 6, env=None, budget: int | None = None) -> dict:
+    """Run one task row to completion and return its trajectory (metrics included). ``budget``: the tokens after the
+    prompt an episode may use, the model's and the tool results' (GRPO's ``max_completion_length``): a turn that
+    starts or ends over it ends the episode with finish ``length`` and no answer, as TRL's rollout would be cut.
 
     Exceptions from the policy (after its own retries) propagate; the batch runner records them.
     """
     if env is None:  # ours: its episode resources (a database, a server user) are released once it is scored
         env = task.make_env()
         try:
-            return await _run_episode(policy, task, row, max_turns, env)
+            return await _run_episode(policy, task, row, max_turns, env, budget)
         finally:
             close = getattr(env, "_close", None)
             if close is not None:
                 close()
-    return await _run_episode(policy, task, row, max_turns, env)
+    return await _run_episode(policy, task, row, max_turns, env, budget)
 
 
-async def _run_episode(policy, task, row: dict, max_turns: int, env) -> dict:
+def _over(turn: Turn, first_prompt: int, budget: int | None) -> tuple[bool, bool]:
+    """Return ``(before, after)``: whether the conversation after the prompt was over ``budget`` tokens before this
+    turn was generated (the tool results it read) and after it."""
+    if budget is None or not turn.prompt_tokens:
+        return False, False
+    used = turn.prompt_tokens - first_prompt
+    return used > budget, used + (turn.completion_tokens or 0) > budget
+
+
+async def _run_episode(policy, task, row: dict, max_turns: int, env, budget: int | None = None) -> dict:
     env.reset(**row)
     tools = tool_schemas(env)
     messages: list[dict] = [{"role": "system", "content": task.system_prompt},
@@ -57,12 +68,21 @@ async def _run_episode(policy, task, row: dict, max_turns: int, env) -> dict:
     n_tool_calls, llm_s, tool_s = 0, 0.0, 0.0
     finish = "max_turns"
     started = time.time()
+    first_prompt = None
     for turn_no in range(max_turns):
         turn = await policy.generate(messages, tools, row)
         llm_s += turn.latency_s
         per_turn.append({"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
                          "latency_s": round(turn.latency_s, 4), "finish_reason": turn.finish_reason})
+        first_prompt = turn.prompt_tokens if first_prompt is None else first_prompt
+        before, after = _over(turn, first_prompt, budget)
+        if before:  # the tool results alone overflowed: TRL would have ended the rollout before this turn
+            finish = "length"
+            break
         messages.append(assistant_message(turn))
+        if after:
+            finish = "length"
+            break
         if not turn.tool_calls:
             if extract_answer(turn.content) is not None:
                 finish = "answer"
@@ -86,7 +106,8 @@ async def _run_episode(policy, task, row: dict, max_turns: int, env) -> dict:
             if err:
                 tool_msg["error"] = err
             messages.append(tool_msg)
-    final = messages[-1] if messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls") else None
+    final = (messages[-1] if finish != "length" and messages[-1]["role"] == "assistant"
+             and not messages[-1].get("tool_calls") else None)
     prediction = extract_answer(final["content"]) if final else None
     metrics = await score_episode(task, prediction, row, env)
     notes = env._score_notes() if hasattr(env, "_score_notes") else {}
@@ -115,8 +136,6 @@ async def score_episode(task, prediction: str | None, row: dict, env) -> dict:
     scoring may run statements (the SQL env replays writes, re-runs queries, runs the gold statement on a server),
     which must neither block the other episodes' event loop nor outlive an item timeout. A cancellation interrupts
     the env and waits for the thread, as a tool call's does (agentrl.envs.base.call_tool)."""
-    from agentrl.envs.base import _in_thread
-
     return await _in_thread(env, lambda: task.score(prediction, row, env), {})
 
 

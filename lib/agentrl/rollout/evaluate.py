@@ -1,124 +1,106 @@
-"""Phase 01: evaluate (or synthesise trajectories with) a policy over a QA set, into ``runs/eval/<name>/``.
+"""Phase 01: evaluate (or synthesise trajectories with) a policy over an environment's rows, into
+``runs/eval/<name>/``.
 
-``EvalConfig`` is the ``[eval]`` table of a preset; :func:`run_eval` builds the task (the registered environment's
-build: environment + prompt), the policy and the optional judge from it and runs the batch runner.
+``EvalConfig`` is the ``[eval]`` table of a preset: which environment and rows, the policy, the batch, the judge; the
+environment's own settings are its table inside (``[eval.search] top_k = 3``). :func:`run_eval` builds the task
+(the registered environment's build), the policy and the optional judge from it and runs the batch runner.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from agentrl.core.aio import run_sync
+from agentrl.core.config import Moved, to_dict
 from agentrl.core.io import DataError
+from agentrl.core.tracking import log_scalars
 from agentrl.envs import registry
-from agentrl.envs.task import EPISODE_KEYS, EpisodeSettings
-from agentrl.rollout.endpoint import EndpointConfig
-from agentrl.rollout.judge import JudgeConfig
-from agentrl.rollout.local import LocalConfig
-from agentrl.rollout.runner import RunConfig
+from agentrl.envs.registry import EnvTables
+from agentrl.rollout.endpoint import EndpointConfig, EndpointPolicy
+from agentrl.rollout.judge import JudgeConfig, LLMJudge
+from agentrl.rollout.local import LocalConfig, LocalPolicy
+from agentrl.rollout.oracle import OraclePolicy
+from agentrl.rollout.runner import RunConfig, arun_batch
 
 POLICIES = ("endpoint", "local", "oracle")
+# [eval] keys of the past that are an environment's settings now: where each went
+MOVED_TO_ENV = {"top_k": "top_k (search)", "max_searches": "max_tool_calls", "passage_chars": "passage_chars (search)",
+                "search_method": "search_method (search)", "raw_chunks": "raw_chunks (search)",
+                "index": "index (search)", "mcp_url": "mcp_url (search)", "max_query_chars": "max_query_chars (search)",
+                "prompt": "prompt", "sql_partial_credit": "partial_credit (sql)", "sql_jaccard": "jaccard (sql)",
+                "sql_scoring": "scoring (sql)", "sql_backend": "backend (sql)", "env_args": "<its settings>"}
 
 
 @dataclass
-class EvalConfig(EpisodeSettings):
-    """Everything an evaluation run needs besides the preset's corpus: the episode settings (EpisodeSettings: top_k,
-    max_searches, prompt, ...) and which rows, policy, batch and judge."""
+class EvalConfig:
+    """The ``[eval]`` table: which environment and rows, the policy, batch and judge; the environment's settings are
+    its table inside it (``[eval.search]``, ``[eval.sql]``: agentrl.envs.<name>'s settings dataclass)."""
 
     name: str = "eval"
-    qa: str | None = None  # a file or a named source of the env's rows (its README); default its eval rows
-    limit: int | None = None
-    offset: int = 0
     env: str = registry.DEFAULT  # a registered environment's name, or path/to/my_env.py / package.module[:attr]
-    policy: str = "endpoint"
+    # the rows: a split of the environment (default: its eval_split; "all" when qa is given), then offset / limit
+    split: Literal["train", "validation", "heldout", "all"] | None = None
+    qa: str | None = None  # a file or a named source replacing the split's (the environment's README)
+    offset: int = 0
+    limit: int | None = None
+    policy: Literal["endpoint", "local", "oracle"] = "endpoint"
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
     run: RunConfig = field(default_factory=RunConfig)
     judge: JudgeConfig | None = None
     # an evaluation-only QA file (e.g. MultiHop-RAG's validation-200): none of its items is ever trained on
-    # (agentrl.train.heldout drops them from curation, SFT and GRPO)
+    # (agentrl.envs.heldout adds them to the preset's held-out set)
     heldout_qa: str | None = None
+    envs: dict = field(default_factory=dict, metadata={"extra": EnvTables(training=False)})
+    moved: dict = field(default_factory=dict, metadata={"extra": Moved({
+        k: f"the environment's table: [eval.<env>] {v}" for k, v in MOVED_TO_ENV.items()})})
+
+    def __post_init__(self):
+        self.env = registry.get(self.env).name
+
+    @property
+    def env_settings(self):
+        """The settings of the environment this run evaluates: its table here, else its defaults."""
+        return self.envs.get(self.env) or registry.get(self.env).settings()
+
+    def rows_split(self) -> str:
+        """Return the split this run reads: ``split``, else "all" when ``qa`` names a source, else the environment's
+        eval_split."""
+        return self.split or ("all" if self.qa else registry.get(self.env).eval_split)
 
 
-# EvalConfig fields a command-line flag of the same name sets
-_OWN_KEYS = (*EPISODE_KEYS, "name", "qa", "limit", "offset", "env", "policy")
-# every key eval_config takes: those, and the endpoint / local / batch / judge flags it maps to nested fields
-OVERRIDES = (*_OWN_KEYS, "base_url", "model", "api_key", "temperature", "top_p", "max_tokens", "endpoint_transport",
-             "extra_body", "retries", "model_path", "adapter", "concurrency", "max_turns", "timeout", "judge_model",
-             "judge_base_url")
+def variant(cfg: EvalConfig, **changes) -> EvalConfig:
+    """Return a copy of ``cfg`` with ``changes``: EvalConfig fields, plus ``model_path`` / ``adapter`` /
+    ``max_new_tokens`` (the local policy's) and ``concurrency`` (the batch's). For the library's own runs built from a
+    preset's evaluation (the demo's oracle and base-model runs, GRPO's held-out evaluation)."""
+    local = {k: changes.pop(k) for k in ("adapter", "max_new_tokens") if k in changes}
+    if "model_path" in changes:
+        local["model"] = changes.pop("model_path")
+    run = {k: changes.pop(k) for k in ("concurrency",) if k in changes}
+    out = dataclasses.replace(cfg, **changes)
+    if local:
+        out.local = dataclasses.replace(out.local, **local)
+    if run:
+        out.run = dataclasses.replace(out.run, **run)
+    return out
 
 
-def eval_config(preset: dict | None = None, **overrides) -> EvalConfig:
-    """Return the preset's ``[eval]`` config with flag-style overrides applied (None values are ignored).
-
-    Keys: any EvalConfig field; endpoint ``base_url, model, api_key, temperature, top_p, max_tokens,
-    extra_body`` (JSON text or dict), ``retries``, ``endpoint_transport``; local ``model_path, adapter``; batch
-    ``concurrency, max_turns, timeout``; judge ``judge_model, judge_base_url``. Any other key is a DataError. An
-    environment with ``min_turns`` (a text game's gold path is 7+ actions) gets at least that many turns unless
-    ``max_turns`` is given.
-    """
-    import json
-
-    from agentrl.core.config import from_dict
-
-    cfg = from_dict(EvalConfig, (preset or {}).get("eval"), "eval")
-    o = {k: v for k, v in overrides.items() if v is not None}
-    unknown = sorted(set(o) - set(OVERRIDES))
-    if unknown:
-        raise DataError(f"eval_config: unknown setting '{unknown[0]}' (known: {', '.join(OVERRIDES)})")
-    for key in _OWN_KEYS:
-        if key in o:
-            setattr(cfg, key, o[key])
-    for key in ("base_url", "model", "api_key", "temperature", "top_p", "max_tokens"):
-        if key in o:
-            setattr(cfg.endpoint, key, o[key])
-    if "endpoint_transport" in o:
-        cfg.endpoint.transport = o["endpoint_transport"]
-    if "extra_body" in o:
-        body = o["extra_body"]
-        try:
-            cfg.endpoint.extra_body = body if isinstance(body, dict) else json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"--extra-body is not valid JSON ({exc})") from None
-    if "retries" in o:
-        cfg.endpoint.max_retries = o["retries"]
-    if "model_path" in o:
-        cfg.local.model = o["model_path"]
-    if "adapter" in o:
-        cfg.local.adapter = o["adapter"]
-    for key, attr in (("concurrency", "concurrency"), ("max_turns", "max_turns"), ("timeout", "item_timeout")):
-        if key in o:
-            setattr(cfg.run, attr, o[key])
-    spec = registry.get(cfg.env)
-    cfg.env = spec.name
-    if "max_turns" not in o:
-        cfg.run.max_turns = max(cfg.run.max_turns, spec.min_turns)
-    if "judge_model" in o:
-        cfg.judge = cfg.judge or JudgeConfig()
-        cfg.judge.model = o["judge_model"]
-        cfg.judge.base_url = o.get("judge_base_url", cfg.judge.base_url)
-    return cfg
-
-
-def build_task(cfg: EpisodeSettings, preset: dict | None = None, env: str | None = None):
-    """Return the Task of environment ``env`` (default ``cfg.env``) built from the episode settings ``cfg``
-    (loading the retriever, connecting to a server, ... as the environment needs)."""
-    return registry.get(env or cfg.env).build(cfg, preset or {})
+def build_task(cfg: EvalConfig, preset: dict | None = None):
+    """Return the Task of the run's environment built from its settings (loading the retriever, connecting to a
+    server, ... as the environment needs)."""
+    return registry.get(cfg.env).build(cfg.env_settings, preset or {})
 
 
 def build_policy(cfg: EvalConfig, task=None):
     """Return the policy named by ``cfg.policy`` (the oracle follows the task's plan)."""
     if cfg.policy == "endpoint":
-        from agentrl.rollout.endpoint import EndpointPolicy
-
         return EndpointPolicy(cfg.endpoint)
     if cfg.policy == "local":
-        from agentrl.rollout.local import LocalPolicy
-
         return LocalPolicy(cfg.local)
     if cfg.policy == "oracle":
-        from agentrl.rollout.oracle import OraclePolicy
-
         if task is None:
             raise DataError("the oracle needs the task whose plan it replays")
         return OraclePolicy(task.oracle_plan)
@@ -126,10 +108,9 @@ def build_policy(cfg: EvalConfig, task=None):
 
 
 def load_rows(cfg: EvalConfig, preset: dict | None = None) -> list[dict]:
-    """Return the task rows to run: the environment's eval rows (or those of ``cfg.qa``), ``offset``/``limit``
-    applied."""
-    n = cfg.offset + (cfg.limit if cfg.limit is not None else registry.GENERATED_ROWS)  # what a generator makes
-    rows = registry.get(cfg.env).rows("eval", cfg.qa, n, preset or {})
+    """Return the task rows to run: the environment's rows of the run's split (:meth:`EvalConfig.rows_split`; from
+    ``qa`` when given), ``offset``/``limit`` applied."""
+    rows = registry.split_rows(registry.get(cfg.env), cfg.rows_split(), cfg.env_settings, preset, cfg.qa)
     rows = rows[cfg.offset:]
     return rows[:cfg.limit] if cfg.limit is not None else rows
 
@@ -141,20 +122,13 @@ def run_eval(cfg: EvalConfig, preset: dict | None = None, *, runs: str | Path = 
     ``runs/eval/<name>/`` also adds its metrics at step n (items done) to ``tensorboard/`` there.
 
     ``rows`` replaces the rows the config selects (e.g. a hand-picked subset)."""
-    from agentrl.core.aio import run_sync
-    from agentrl.core.config import to_dict
-    from agentrl.rollout.runner import arun_batch
-
     task = task or build_task(cfg, preset)
     policy = policy or build_policy(cfg, task)
     rows = rows if rows is not None else load_rows(cfg, preset)
-    judge = None
-    if cfg.judge is not None:
-        from agentrl.rollout.judge import LLMJudge
-
-        judge = LLMJudge(cfg.judge)
+    judge = LLMJudge(cfg.judge) if cfg.judge is not None else None
     out_dir = Path(out_dir) if out_dir else Path(runs) / "eval" / cfg.name
-    config = {"eval": {k: v for k, v in to_dict(cfg).items() if k not in ("endpoint", "local", "judge")},
+    config = {"eval": {k: v for k, v in to_dict(cfg).items() if k not in ("endpoint", "local", "judge", "envs")},
+              "env": to_dict(cfg.env_settings),
               "judge": judge.describe() if judge else None}
 
     async def annotate(traj: dict) -> None:
@@ -174,8 +148,6 @@ def run_eval(cfg: EvalConfig, preset: dict | None = None, *, runs: str | Path = 
 
     metrics = run_sync(main())
     if out_dir == Path(runs) / "eval" / cfg.name:  # a phase-01 run: its metrics over the items done, in TensorBoard
-        from agentrl.core.tracking import log_scalars
-
         log_scalars(out_dir / "tensorboard", {**{f"eval/{k}": v for k, v in metrics["overall"].items()},
                                               **{f"tools/{k}": v for k, v in (metrics.get("tools") or {}).items()}},
                     step=metrics["n"])

@@ -16,11 +16,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from agentrl.core.io import JsonlAppender, iter_jsonl
+from agentrl.core.io import DataError, JsonlAppender, iter_jsonl
+from agentrl.core.metrics import answer_metrics, gold_list, math_equal
+from agentrl.rollout.endpoint import FatalEndpointError, fatal_api_errors, load_dotenv
 
 SYSTEM = ("You grade answers to questions. Reply with exactly one word: CORRECT if the predicted answer means "
           "the same as one of the gold answers (ignore case, articles and formatting), otherwise INCORRECT.")
@@ -40,7 +44,7 @@ class JudgeConfig:
     max_tokens_cap: int = 4096
     temperature: float = 0.0
     retries: int = 3
-    fallback: str = "exact_match"  # exact_match | math_verify | incorrect | correct
+    fallback: Literal["exact_match", "math_verify", "incorrect", "correct"] = "exact_match"
     cache_dir: str | None = "runs/judge_cache"
     concurrency: int = 16
     extra_body: dict = field(default_factory=dict)
@@ -78,11 +82,7 @@ class LLMJudge:
     """Judge predictions through an OpenAI-compatible endpoint, with retries, fallback and a disk cache."""
 
     def __init__(self, cfg: JudgeConfig):
-        import os
-
         from openai import AsyncOpenAI
-
-        from agentrl.rollout.endpoint import load_dotenv
 
         dotenv = load_dotenv()
         self.cfg = cfg
@@ -92,8 +92,6 @@ class LLMJudge:
             or dotenv.get("JUDGE_API_KEY") or dotenv.get("OPENAI_API_KEY") or "EMPTY"
         self.model = cfg.model or os.environ.get("JUDGE_MODEL") or dotenv.get("JUDGE_MODEL")
         if not base_url or not self.model:
-            from agentrl.core.io import DataError
-
             raise DataError("the judge needs a model and a base URL (--judge-model/--judge-base-url, "
                             "JUDGE_MODEL/JUDGE_BASE_URL or OPENAI_BASE_URL)")
         self.base_url = base_url
@@ -132,9 +130,6 @@ class LLMJudge:
         A 400/422 is not retried (the same request fails the same way) and falls back at once.
         """
         import openai
-
-        from agentrl.core.metrics import gold_list
-        from agentrl.rollout.endpoint import FatalEndpointError, fatal_api_errors
 
         golds = gold_list(golds)  # a bare string is one answer
         if not prediction or not prediction.strip():
@@ -178,13 +173,9 @@ class LLMJudge:
 
     def _fallback(self, golds: list[str], prediction: str) -> bool:
         if self.cfg.fallback == "exact_match":
-            from agentrl.core.metrics import answer_metrics
-
             return answer_metrics(prediction, golds)["em"] == 1.0
-        if self.cfg.fallback == "math_verify":
-            from agentrl.envs.math.env import verify_answer
-
-            return any(verify_answer(prediction, g) for g in golds)
+        if self.cfg.fallback == "math_verify":  # math-verify's equivalence, as the math environment scores
+            return any(math_equal(prediction, g) for g in golds)
         return self.cfg.fallback == "correct"
 
     async def aclose(self) -> None:

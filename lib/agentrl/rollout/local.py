@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentrl.core.chat import Turn, parse_hermes, render
+from agentrl.core.cpu_precision import use_bf16
+from agentrl.core.device import cuda_dtype
 from agentrl.core.io import DataError
 
 log = logging.getLogger(__name__)
@@ -236,12 +238,8 @@ def inference_dtype(device: str, dtype: str = "auto"):
     import torch
 
     if str(device).startswith("cuda"):
-        from agentrl.core.device import cuda_dtype
-
         return cuda_dtype(dtype, log)
     if dtype in ("auto", None):
-        from agentrl.core.cpu_precision import use_bf16
-
         return torch.bfloat16 if use_bf16("generate") else torch.float32
     return getattr(torch, dtype)
 

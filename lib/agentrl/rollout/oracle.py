@@ -9,6 +9,7 @@ carry.
 from __future__ import annotations
 
 from agentrl.core.chat import Turn
+from agentrl.core.io import DataError
 
 
 class OraclePolicy:
@@ -20,8 +21,6 @@ class OraclePolicy:
 
     def __init__(self, plan):
         if plan is None:
-            from agentrl.core.io import DataError
-
             raise DataError("this environment has no oracle (its declaration gives no oracle plan)")
         self.plan = plan
 

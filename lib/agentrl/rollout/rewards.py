@@ -122,7 +122,7 @@ def episode_metrics(completion, env, golden_answers=None, family: str | None = N
     routing env's episode is its row's family's (``family``: the row's ``env`` column, else what ``env`` played).
     ``(None, None)`` when ``env`` is None or of no registered environment."""
     family = env_name(env) if family is None or env is None else family
-    if env is None or family is None or registry.get(family).routes:
+    if env is None or family is None:
         return None, None
     prediction = extract_answer(final_text(completion))
     return family, registry.get(family).score(prediction, {"golden_answers": golden_answers}, active_env(env))

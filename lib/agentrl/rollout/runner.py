@@ -16,18 +16,21 @@ differs from this run's, so one file never mixes two configurations.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+import os
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrl.core.aio import frozen_heap
+from agentrl.core.aio import frozen_heap, run_sync
+from agentrl.core.config import Moved
 from agentrl.core.io import DataError, JsonlAppender, iter_jsonl, read_json, write_json, write_jsonl
 from agentrl.core.manifest import scrub, write_manifest
 from agentrl.core.metrics import aggregate, tool_call_quality
 from agentrl.rollout.agent import error_trajectory, run_episode
-from agentrl.rollout.endpoint import FatalEndpointError
+from agentrl.rollout.endpoint import FatalEndpointError, MalformedReplyError
 
 TRAJECTORIES = "trajectories.jsonl"
 # Policy settings that change how a run is carried out, not what it produces: left out of the fingerprint so a
@@ -41,9 +44,13 @@ class RunConfig:
     """Batch settings (the policy and task carry their own)."""
 
     concurrency: int = 32
-    max_turns: int = 6
+    # tokens after the prompt an episode may use (model tokens + tool results, as GRPO's max_completion_length):
+    # beyond it the episode ends with finish "length" (agentrl.rollout.agent); None: no budget
+    completion_budget: int | None = None
     item_timeout: float = 600.0
     progress: bool = True
+    moved: dict = field(default_factory=dict, metadata={"extra": Moved({
+        "max_turns": "the environment's table: [<run>.<env>] max_turns (the turn budget is the environment's)"})})
 
 
 def load_finished(path: Path) -> list[dict]:
@@ -62,9 +69,11 @@ def load_finished(path: Path) -> list[dict]:
 
 def run_fingerprint(policy, task, cfg: RunConfig, secrets: tuple[str, ...] = ()) -> dict:
     """Return what defines a run's results: the policy's settings (without secrets, endpoint address, timeouts,
-    retries or concurrency), the task name and config, and max_turns, as stored in manifest.json."""
+    retries or concurrency), the task name and config, and its turn budget, as stored in manifest.json."""
     pol = {k: v for k, v in policy.describe().items() if k not in _NOT_IN_FINGERPRINT}
-    fp = {"policy": pol, "task": {"name": task.name, **task.config}, "max_turns": cfg.max_turns}
+    fp = {"policy": pol, "task": {"name": task.name, **task.config}, "max_turns": task.max_turns}
+    if cfg.completion_budget is not None:  # only a set budget enters the fingerprint: older runs still resume
+        fp["completion_budget"] = cfg.completion_budget
     # through JSON, so it compares equal to the copy read back from a manifest (tuples become lists, ...)
     return json.loads(json.dumps(scrub(fp, secrets), default=str))
 
@@ -105,8 +114,6 @@ def run_batch(policy, task, rows: list[dict], out_dir: str | Path, cfg: RunConfi
               resume: bool = False, overwrite: bool = False, manifest_config: dict | None = None,
               inputs: dict | None = None) -> dict:
     """Run every row and write the run directory; return the metrics (also written to metrics.json)."""
-    from agentrl.core.aio import run_sync
-
     return run_sync(arun_batch(policy, task, rows, out_dir, cfg, resume=resume, overwrite=overwrite,
                                manifest_config=manifest_config, inputs=inputs))
 
@@ -144,7 +151,7 @@ async def _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fin
     done_ids = {r["id"] for r in done}
     todo = [r for r in rows if r["id"] not in done_ids]
     config = {"policy": policy.describe(), "task": {"name": task.name, **task.config},
-              "run": {"concurrency": cfg.concurrency, "max_turns": cfg.max_turns, "item_timeout": cfg.item_timeout},
+              "run": {"concurrency": cfg.concurrency, "max_turns": task.max_turns, "item_timeout": cfg.item_timeout},
               **(manifest_config or {})}
     counts = {"questions": len(rows), "resumed": len(done), "to_run": len(todo)}
     write_manifest(out_dir, phase="eval", config=config, counts=counts, inputs=inputs, secrets=secrets,
@@ -168,7 +175,8 @@ async def _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fin
                 try:
                     # asyncio.timeout, not wait_for: wait_for wraps every episode in one more task
                     async with asyncio.timeout(cfg.item_timeout):
-                        traj = await run_episode(policy, task, row, max_turns=cfg.max_turns)
+                        traj = await run_episode(policy, task, row, max_turns=task.max_turns,
+                                                 budget=cfg.completion_budget)
                     if annotate is not None:
                         await annotate(traj)
                 except FatalEndpointError as exc:  # a wrong key or model (policy or judge): stop the run
@@ -227,9 +235,6 @@ class RunLock:
         self._fd = -1
 
     def __enter__(self) -> RunLock:
-        import fcntl
-        import os
-
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -244,8 +249,6 @@ class RunLock:
         return self
 
     def __exit__(self, *exc) -> None:
-        import os
-
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -254,8 +257,6 @@ class RunLock:
 def error_kind(exc: BaseException, item_timeout: float) -> tuple[str, str]:
     """Return ``(kind, message)`` for an item that failed with ``exc``: timeout, endpoint_unavailable (still
     failing after the retries), endpoint_rejected (4xx), malformed_reply, tool_crash or internal."""
-    from agentrl.rollout.endpoint import MalformedReplyError
-
     if isinstance(exc, TimeoutError):
         return "timeout", f"timeout after {item_timeout:g}s"
     text = f"{type(exc).__name__}: {str(exc)[:500]}"

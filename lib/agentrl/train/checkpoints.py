@@ -16,7 +16,10 @@ import logging
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
+
+from agentrl.core.io import DataError
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +29,6 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 def save_args(save_steps: int, save_total_limit: int) -> dict:
     """Return the TrainingArguments fields for a checkpoint every ``save_steps`` steps (0 = none)."""
     if save_steps < 0 or save_total_limit < 1:
-        from agentrl.core.io import DataError
-
         raise DataError(f"save_steps must be >= 0 and save_total_limit >= 1 (got {save_steps}, {save_total_limit})")
     if not save_steps:
         return {"save_strategy": "no"}
@@ -111,8 +112,6 @@ def end_distributed() -> bool:
     A rank that exits with its gloo group alive can abort (SIGABRT, "terminate called without an active
     exception"): gloo's worker threads are torn down during interpreter finalization. Each rank ends its own
     group without a barrier, so a main process still saving or checking does not hold the others."""
-    import sys
-
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return False

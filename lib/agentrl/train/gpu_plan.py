@@ -9,18 +9,23 @@ The estimate is arithmetic on the model's shapes, not a measurement (no GPU is l
 tests/test_gpu_plan.py holds it against published figures: vLLM's own memory log of Unsloth's Qwen3-4B
 GRPO notebook on a T4 and Unsloth's stated minimum VRAM per model size.
 
-A preset may carry per-card settings in ``[gpu.<CARD>.<phase>...]`` tables; :func:`apply_card` merges them
-over the preset (the CLI's ``--gpu``, default: the detected card; the notebooks do the same).
+A preset may carry per-card settings in ``[gpu.<CARD>.<phase>...]`` tables, merged over its phase tables when it is
+loaded for that card (agentrl.app.presets.load; the CLI's ``--gpu``, default: the detected card; the notebooks do the
+same).
 Everything here is stdlib only: the Colab setup cell imports it before anything is installed.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import math
-from dataclasses import dataclass, field
+import shutil
+import subprocess
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from agentrl.core.io import DataError
+from agentrl.train.models import adapter_rank
 
 GIB = 1024**3
 
@@ -95,9 +100,6 @@ def parse_nvidia_smi(text: str) -> list[GPU]:
 
 def query_gpus() -> list[GPU]:
     """Return this machine's GPUs from ``nvidia-smi`` (empty without one or without the tool)."""
-    import shutil
-    import subprocess
-
     if not shutil.which("nvidia-smi"):
         return []
     try:
@@ -116,8 +118,6 @@ def resolve_card(requested: str | None) -> str | None:
     if requested == "none":
         return None
     if requested not in CARDS:
-        from agentrl.core.io import DataError
-
         raise DataError(f"--gpu {requested}: unknown GPU class (choose from {', '.join(CARDS)}, auto, none)")
     return requested
 
@@ -179,8 +179,6 @@ ARCHS = {
 def arch_for(model: str) -> Arch:
     """Return the shapes of ``model``: its config.json when it is a local directory, else the ARCHS entry whose
     name the hub id contains (``unsloth/Qwen3-4B-Instruct-2507`` -> qwen3-4b)."""
-    from agentrl.core.io import DataError
-
     config = Path(model) / "config.json"
     if config.is_file():
         c = json.loads(config.read_text(encoding="utf-8"))
@@ -195,28 +193,6 @@ def arch_for(model: str) -> Arch:
             return ARCHS[key]
     raise DataError(f"gpu-plan: unknown model {model!r}: give a local directory with config.json, or one of "
                     f"{', '.join(ARCHS)}")
-
-
-def apply_card(preset: dict, card: str | None) -> dict:
-    """Return a copy of ``preset`` with its ``[gpu.<card>]`` tables merged over the phase tables (``_card`` set).
-    A card without a table of its own leaves the preset as it is."""
-    out = copy.deepcopy(preset)
-    overlay = (preset.get("gpu") or {}).get(card) if card else None
-    if card and card not in CARDS:
-        from agentrl.core.io import DataError
-
-        raise DataError(f"unknown GPU class {card!r} (choose from {', '.join(CARDS)})")
-
-    def merge(dst: dict, src: dict) -> None:
-        for k, v in src.items():
-            if isinstance(v, dict) and isinstance(dst.get(k), dict):
-                merge(dst[k], v)
-            else:
-                dst[k] = copy.deepcopy(v)
-
-    merge(out, overlay or {})
-    out["_card"] = card
-    return out
 
 
 OPTIMIZER_BYTES = {"adamw_8bit": 2, "paged_adamw_8bit": 2, "adamw_bnb_8bit": 2, "sgd": 0, "adafactor": 4}
@@ -285,13 +261,13 @@ def _unsloth(model) -> bool:
 
 
 def _training_parts(arch: Arch, model, lora_rank: int, optim: str, tokens: int, logits: float,
-                    shared_weights: bool) -> dict[str, float]:
-    lora = _lora(arch, lora_rank, model.lora.target_modules)
+                    shared_weights: bool, checkpointing: bool) -> dict[str, float]:
+    lora = _lora(arch, lora_rank, model.lora.targets)
     unsloth = _unsloth(model)
     parts = {"weights": 0.0 if shared_weights else _weights(arch, model.load_in_4bit),
              "lora (fp32)": lora * 4 / GIB, "gradients (fp32)": lora * 4 / GIB,
              f"optimizer ({optim})": lora * OPTIMIZER_BYTES.get(optim, 8) / GIB,
-             "activations": _activations(arch, tokens, model.gradient_checkpointing, unsloth),
+             "activations": _activations(arch, tokens, checkpointing, unsloth),
              "logits": logits, "cuda context": CONTEXT_GIB}
     return {k: round(v, 2) for k, v in parts.items()}
 
@@ -299,11 +275,12 @@ def _training_parts(arch: Arch, model, lora_rank: int, optim: str, tokens: int, 
 def plan_sft(settings, card: str) -> Plan:
     """Return the estimate of an SFT run (``SFTSettings``) on ``card``."""
     arch, c = arch_for(settings.model.name), CARDS[card]
-    tokens = settings.batch_size * settings.max_length
+    tokens = settings.per_device_train_batch_size * settings.max_length
     logits = 2 * min(tokens, LOGIT_CHUNK) * arch.vocab * 4 / GIB  # fp32 logits of one chunk and their gradient
-    p = Plan("sft", card, _training_parts(arch, settings.model, settings.model.lora.r, settings.optim, tokens,
-                                          logits, False), limit=c.gib)
-    _advise(p, settings.model, tokens, "sft.batch_size or sft.max_length")
+    p = Plan("sft", card, _training_parts(arch, settings.model, settings.model.lora.rank, settings.optim, tokens,
+                                          logits, False, settings.gradient_checkpointing), limit=c.gib)
+    _advise(p, settings.model, settings.gradient_checkpointing, tokens,
+            "sft.per_device_train_batch_size or sft.max_length")
     return p
 
 
@@ -311,9 +288,10 @@ def plan_grpo(settings, card: str, adapter_rank: int | None = None, prompt_token
     """Return the estimate of a GRPO run (``GRPOSettings``) on ``card``; ``prompt_tokens`` is the prompt
     (system prompt + question) each completion follows."""
     arch, c, m = arch_for(settings.model.name), CARDS[card], settings.model
-    rank = max(m.lora.r, adapter_rank or 0)
+    rank = max(m.lora.rank, adapter_rank or 0)
+    batch = settings.per_device_train_batch_size
     seq = prompt_tokens + settings.max_completion_length
-    tokens = settings.batch_size * seq
+    tokens = batch * seq
     unsloth_vllm = _unsloth(m) and m.fast_inference
     trl_vllm = settings.use_vllm and settings.vllm_mode == "colocate" and not unsloth_vllm
     if _unsloth(m):  # Unsloth's GRPO computes log-probs in chunks
@@ -322,9 +300,9 @@ def plan_grpo(settings, card: str, adapter_rank: int | None = None, prompt_token
         # TRL 1.14.2 (_full_logits_logps): the model returns the micro-batch's completion logits in 16-bit
         # (logits_to_keep), its fused Triton log-prob/entropy kernel saves them for the backward pass and writes
         # a gradient of the same size and dtype there (no fp32 copy on CUDA): two 16-bit tensors at the peak
-        logits = 2 * settings.batch_size * settings.max_completion_length * arch.vocab * 2 / GIB
-    p = Plan("grpo", card, _training_parts(arch, m, rank, settings.optim, tokens, logits, unsloth_vllm),
-             limit=c.gib)
+        logits = 2 * batch * settings.max_completion_length * arch.vocab * 2 / GIB
+    p = Plan("grpo", card, _training_parts(arch, m, rank, settings.optim, tokens, logits, unsloth_vllm,
+                                           settings.gradient_checkpointing), limit=c.gib)
     if unsloth_vllm or trl_vllm:
         util = m.gpu_memory_utilization if unsloth_vllm else settings.vllm_gpu_memory_utilization
         budget = util * c.gib
@@ -338,23 +316,24 @@ def plan_grpo(settings, card: str, adapter_rank: int | None = None, prompt_token
         p.vllm = {k: round(x, 2) for k, x in v.items()}
         p.limit = c.gib - budget
         _advise_vllm(p, settings, util, unsloth_vllm)
-    _advise(p, m, tokens, "grpo.batch_size or grpo.max_completion_length")
+    _advise(p, m, settings.gradient_checkpointing, tokens,
+            "grpo.per_device_train_batch_size or grpo.max_completion_length")
     return p
 
 
-def _advise(p: Plan, model, tokens: int, lengths: str) -> None:
+def _advise(p: Plan, model, checkpointing: bool, tokens: int, lengths: str) -> None:
     over = p.training - p.limit
     if over <= 0:
         return
     if not model.load_in_4bit and p.parts.get("weights", 0) > 0:
         p.advice.append(f"load_in_4bit = true in [{p.phase}.model] (weights {p.parts['weights']:.1f} GiB -> about "
                         f"a third)")
-    if not model.gradient_checkpointing:
-        p.advice.append(f"gradient_checkpointing = true in [{p.phase}.model]")
+    if not checkpointing:
+        p.advice.append(f"gradient_checkpointing = true in [{p.phase}]")
     share = p.parts["activations"] + p.parts["logits"]
     if share > 0:
         p.advice.append(f"lower {lengths}: activations + logits take {share:.1f} GiB for {tokens} tokens per "
-                        f"micro-batch (raise grad_accum to keep the batch)")
+                        f"micro-batch (raise gradient_accumulation_steps to keep the batch)")
     p.advice.insert(0, f"training needs {p.training:.1f} GiB but has {p.limit:.1f} GiB ({over:.1f} GiB over)")
 
 
@@ -371,24 +350,23 @@ def _advise_vllm(p: Plan, settings, util: float, unsloth: bool) -> None:
                         f"num_generations ({settings.num_generations}): generation queues (slower, not an error)")
 
 
-def plans(preset: dict, card: str) -> list[Plan]:
-    """Return the SFT and GRPO estimates of ``preset`` (already merged for ``card``) on ``card``."""
-    from agentrl.train.grpo import grpo_config
-    from agentrl.train.models import adapter_rank
-    from agentrl.train.sft import sft_config
-
+def plans(sft, grpo, card: str) -> list[Plan]:
+    """Return the SFT and GRPO estimates on ``card`` of a preset's settings (``sft`` / ``grpo``: SFTSettings /
+    GRPOSettings of the preset loaded for ``card``, or None when it has no such table)."""
     out = []
-    if "sft" in preset:
-        out.append(plan_sft(sft_config(preset), card))
-    if "grpo" in preset:
-        g = grpo_config(preset)
+    if sft is not None:
+        out.append(plan_sft(sft, card))
+    if grpo is not None:
         rank = None
-        if g.adapter:  # the SFT adapter's rank sizes vLLM's LoRA slots; before SFT ran, the preset's SFT rank
+        if grpo.adapter:  # the SFT adapter's rank sizes vLLM's LoRA slots; before SFT ran, the preset's SFT rank
             try:
-                rank = adapter_rank(g.adapter)
+                rank = adapter_rank(grpo.adapter)
             except OSError:
-                rank = sft_config(preset).model.lora.r if "sft" in preset else None
-        out.append(plan_grpo(g, card, rank))
+                rank = sft.model.lora.rank if sft is not None else None
+        if grpo.model.name is None and sft is not None:  # GRPO continues the SFT adapter of the SFT model
+
+            grpo = replace(grpo, model=replace(grpo.model, name=sft.model.name))
+        out.append(plan_grpo(grpo, card, rank))
     return out
 
 

@@ -15,7 +15,13 @@ Stdlib only: the notebooks' setup cell imports it before anything is installed.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -223,12 +229,6 @@ def resolve(reqs: list[str], *, excludes: tuple[str, ...], python_version: str =
 
     The check overrides certifi: Unsloth 2026.10.9 requires certifi>=2026.10.19, which the package index this
     project's CI reaches may not carry yet (PyPI has it); the setup cell never overrides anything."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-    import tempfile
-
     uv = shutil.which("uv")
     base = [uv] if uv else [sys.executable, "-m", "uv"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -276,8 +276,6 @@ def check_pins(names=ALL_STACKS, repo: str | Path | None = None, python_version:
     return one summary line per stack (a stack with builds on other indexes says so), or raise SystemExit naming
     every stack that does not resolve or resolves to other versions, another CUDA runtime, or (CUDA 12 stacks) any
     CUDA 13 package."""
-    from concurrent.futures import ThreadPoolExecutor
-
     own = ["-e", str(Path(repo or REPO))]
 
     def one(name: str) -> str:

@@ -13,6 +13,8 @@ import json
 import time
 from pathlib import Path
 
+from agentrl.core.progress import Progress
+
 
 def _callback_base():
     from transformers import TrainerCallback
@@ -29,8 +31,6 @@ def live_progress(title: str, log_path: Path, *, shown: tuple[str, ...], chart: 
             self.log_path = Path(log_path)
 
         def on_train_begin(self, args, state, control, **kwargs):
-            from agentrl.core.progress import Progress
-
             if state.is_world_process_zero:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
                 if not state.global_step:  # a fresh run: an earlier run's log is not this one's

@@ -12,14 +12,18 @@ them with the metrics of all rows as one evaluation (``<out>/trajectories.jsonl`
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from pathlib import Path
+
+from agentrl.core.io import DataError, iter_jsonl, read_json, write_jsonl
+from agentrl.core.manifest import write_manifest
+from agentrl.rollout.runner import TRAJECTORIES, finalize, summary
+from agentrl.train.checkpoints import distributed_launch
 
 
 def world() -> tuple[int, int]:
     """Return ``(rank, world size)`` of this process: ``(0, 1)`` outside a distributed run."""
-    import sys
-
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return 0, 1
@@ -42,11 +46,7 @@ def main_decides(flag: bool) -> bool:
 def check_launch(eval_questions: int) -> None:
     """Raise DataError before training when held-out evaluation cannot run under this launch: FSDP1 cannot forward
     a unit outside its own forward (no rank can generate alone), FSDP2 can."""
-    from agentrl.train.checkpoints import distributed_launch
-
     if eval_questions > 0 and distributed_launch() == "FSDP1":
-        from agentrl.core.io import DataError
-
         raise DataError("held-out evaluation during GRPO under FSDP1 cannot run: set fsdp_version: 2 in the accelerate "
                         "config (configs/accelerate/fsdp.yaml does), or grpo.eval_questions = 0")
 
@@ -101,8 +101,6 @@ def evaluate_on_every_rank(run, rows: list[dict], out_dir: Path, model, trainer=
         return run(rows, out_dir, model)
     import torch.distributed as dist
 
-    from agentrl.core.io import iter_jsonl
-
     share, own = rows[rank::size], out_dir / f"rank_{rank}"
     with generating_alone(model, trainer) as alone:
         if share:
@@ -118,10 +116,6 @@ def evaluate_on_every_rank(run, rows: list[dict], out_dir: Path, model, trainer=
 def _merge(out_dir: Path, rows: list[dict], trajectories: list[dict], size: int) -> dict:
     """Write the ranks' trajectories as one evaluation of ``rows`` in ``out_dir`` (in row order) with its metrics and
     a manifest (rank 0's configuration, the counts of all ranks); return the metrics."""
-    from agentrl.core.io import read_json, write_jsonl
-    from agentrl.core.manifest import write_manifest
-    from agentrl.rollout.runner import TRAJECTORIES, finalize, summary
-
     order = {r["id"]: i for i, r in enumerate(rows)}
     trajectories.sort(key=lambda t: order.get(t.get("id"), len(order)))
     write_jsonl(out_dir / TRAJECTORIES, trajectories)

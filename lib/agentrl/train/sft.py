@@ -21,74 +21,39 @@ and counted. Output, under ``runs/sft/<name>/``::
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from agentrl.core.io import DataError
-from agentrl.train.models import ModelConfig
-from agentrl.train.trl_args import sft_fields
+from agentrl.core.device import cuda_native_bf16
+from agentrl.core.heldout import HeldOut, first_user_text
+from agentrl.core.io import DataError, iter_jsonl, write_json, write_jsonl
+from agentrl.core.manifest import write_manifest
+from agentrl.core.metrics import normalize_answer
+from agentrl.core.tracking import trackers
+from agentrl.data.export import trl_dataset, trl_rows
+from agentrl.envs import registry
+from agentrl.rollout.evaluate import EvalConfig, build_task, run_eval
+from agentrl.rollout.local import LocalConfig, LocalPolicy
+from agentrl.train.checkpoints import gradient_checkpointing, prepare
+from agentrl.train.configs import SFTSettings, record, trl_args
+from agentrl.train.models import (
+    base_model,
+    bitsandbytes_fallback,
+    cuda_available,
+    cuda_precision,
+    load_for_training,
+    prepare_backend,
+    progress_bars,
+)
+from agentrl.train.progress import attach_progress
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class SFTSettings:
-    """The ``[sft]`` table of a preset."""
-
-    name: str = "sft"
-    data: str = "runs/data/sft_demo"  # curated dataset directory (trl/ export inside) or a trl .jsonl
-    model: ModelConfig = field(default_factory=ModelConfig)
-    adapter: str | None = None  # continue training this LoRA adapter (rejection-sampling fine-tuning: SFT's)
-    epochs: float = 3.0
-    max_steps: int = -1
-    learning_rate: float = 2e-4
-    lr_scheduler: str = "cosine"
-    warmup: float = 0.03  # a fraction of the steps (< 1) or a number of steps
-    weight_decay: float = 0.0
-    optim: str = "adamw_torch"
-    batch_size: int = 2
-    grad_accum: int = 8
-    max_length: int = 4096
-    overlong: str = "drop"  # drop | truncate
-    packing: bool = False
-    eval_steps: int | None = None  # None = evaluate once per epoch
-    logging_steps: int = 10
-    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])  # add "wandb" when configured
-    seed: int = 42
-    merge: bool = False
-    check_questions: int = 20  # held-out questions for the inference check (0 = skip)
-    check_offset: int | None = None  # where to start: [demo].train_questions, else 0; SFT-data questions skipped
-    check_max_new_tokens: int = 128
-    save_steps: int = 0  # a checkpoint (adapter, optimizer, RNG, trainer state) every N steps; 0 = none
-    save_total_limit: int = 2  # checkpoints kept (older ones are deleted as new ones are written)
-    trl: dict[str, Any] = field(default_factory=dict, metadata={"keys": sft_fields})  # any other SFTConfig field
-
-
-def sft_config(preset: dict | None = None, **overrides) -> SFTSettings:
-    """Return the preset's ``[sft]`` settings with non-None overrides (any SFTSettings field; ``model_name`` and
-    ``backend`` go to the model table). An unknown override or a ``[sft.trl]`` field TRL lacks (or agentrl sets
-    itself) is a DataError."""
-    from dataclasses import replace
-
-    from agentrl.core.config import from_dict
-    from agentrl.train.trl_args import check_trl_table
-
-    cfg = from_dict(SFTSettings, (preset or {}).get("sft"), "sft")
-    o = {k: v for k, v in overrides.items() if v is not None}
-    unknown = sorted(set(o) - set(SFTSettings.__dataclass_fields__) - {"model_name", "backend"})
-    if unknown:
-        raise DataError(f"sft_config: unknown setting '{unknown[0]}' (SFTSettings fields, model_name, backend)")
-    if "model_name" in o:
-        cfg.model = replace(cfg.model, name=o.pop("model_name"))
-    if "backend" in o:
-        cfg.model = replace(cfg.model, backend=o.pop("backend"))
-    cfg = replace(cfg, **o)
-    check_trl_table(cfg.trl, "sft")
-    return cfg
+__all__ = ["SFTSettings", "run_sft", "load_model", "load_data", "make_trainer", "train"]
 
 
 def print_sft_summary(metrics: dict, out: Path) -> None:
@@ -119,7 +84,6 @@ def length_filter(dataset, tokenizer, max_length: int, mode: str, chat_template:
 
     A truncated row must keep at least one assistant token, else it is dropped too.
     """
-    import json
 
     if mode not in ("drop", "truncate"):
         raise DataError(f"sft.overlong must be 'drop' or 'truncate' (got {mode!r})")
@@ -165,16 +129,15 @@ class SFTResult:
 
 
 def load_model(settings: SFTSettings):
-    """Seed everything, then load the base model with LoRA on the chosen backend (agentrl.train.models)."""
-    from agentrl.train.models import load_for_training
-
-    # before trl is imported: Unsloth patches it
-    return load_for_training(settings.model, adapter=settings.adapter, seed=settings.seed)
+    """Seed everything, then load the base model with LoRA on the chosen backend (agentrl.train.models); Unsloth is
+    imported before anything imports TRL."""
+    return load_for_training(settings.model, adapter=settings.adapter, seed=settings.seed,
+                             gradient_checkpointing=settings.gradient_checkpointing)
 
 
 @dataclass
 class SFTData:
-    """The datasets a run trains and evaluates on, after the length filter."""
+    """The datasets a run trains and evaluates on, after the held-out gate and the length filter."""
 
     train: object
     validation: object | None
@@ -182,103 +145,80 @@ class SFTData:
     train_path: Path
     template: str | None  # the {% generation %} template used for assistant masks
     trl_masks: bool  # TRL's assistant_only_loss can mask this template
+    items: list[dict]  # id and question of every training row (train_items.jsonl)
 
 
-def load_data(settings: SFTSettings, tokenizer) -> SFTData:
-    """Return the train/validation datasets of ``settings.data``, filtered by length, with counts."""
-    from agentrl.data.export import load_trl_dataset
+@dataclass
+class GatedRows:
+    """The rows of an SFT dataset that passed the held-out gate (train and validation), before any tokenizer."""
 
-    template, trl_knows = _training_template(tokenizer)
+    train: list[dict]
+    validation: list[dict]
+    train_path: Path
+    dropped: int
+
+
+def gated_rows(settings: SFTSettings, heldout: HeldOut) -> GatedRows:
+    """Return the rows of ``settings.data`` without the held-out items (the preset's gate: one line says how many were
+    dropped; a DataError when no training row is left, or when the data does not exist). Needs no model."""
     train_path = _data_file(settings.data, "train")
     if not train_path.exists():
-        raise DataError(f"{train_path}: no TRL dataset (run `agentrl curate` and `agentrl export` first)")
-    train = load_trl_dataset(train_path)
-    train, counts = length_filter(train, tokenizer, settings.max_length, settings.overlong, template)
-    if len(train) == 0:
-        raise DataError(f"{train_path}: no row fits max_length={settings.max_length} tokens "
-                        f"({counts['over_max_length']} longer); raise sft.max_length or use overlong='truncate'")
+        raise DataError(f"{train_path}: no TRL dataset (run `agentrl curate` and `agentrl export`, or `agentrl export "
+                        "--successes` for rejection sampling, first)")
+    what = f"SFT rows of {train_path}"
+    rows = heldout.drop(trl_rows(train_path), what)
     val_path = _data_file(settings.data, "validation")
-    val = load_trl_dataset(val_path) if val_path.exists() and val_path.stat().st_size else None
-    if val is not None:
-        val, _ = length_filter(val, tokenizer, settings.max_length, settings.overlong, template)
+    val_rows = trl_rows(val_path) if val_path.exists() and val_path.stat().st_size else []
+    return GatedRows(rows, [r for r in val_rows if not heldout.matches(r)], train_path, heldout.dropped[what])
+
+
+def load_data(settings: SFTSettings, tokenizer, heldout: HeldOut, gated: GatedRows | None = None) -> SFTData:
+    """Return the train/validation datasets of ``settings.data``: rows of held-out items dropped (:func:`gated_rows`,
+    or ``gated`` when the run gated them already, before loading the model), then the length filter, with counts
+    (``heldout_dropped`` among them)."""
+    template, trl_knows = _training_template(tokenizer)
+    gated = gated or gated_rows(settings, heldout)
+    train, counts = length_filter(trl_dataset(gated.train), tokenizer, settings.max_length, settings.overlong,
+                                  template)
+    counts["heldout_dropped"] = gated.dropped
+    if len(train) == 0:
+        raise DataError(f"{gated.train_path}: no row fits max_length={settings.max_length} tokens "
+                        f"({counts['over_max_length']} longer); raise sft.max_length or use overlong='truncate'")
+    val = None
+    if gated.validation:
+        val, _ = length_filter(trl_dataset(gated.validation), tokenizer, settings.max_length, settings.overlong,
+                               template)
         counts["validation"] = len(val)
         val = val if len(val) else None
-    return SFTData(train, val, counts, train_path, template, trl_knows)
+    items = [{"id": r["id"], "question": first_user_text(r["messages"])} for r in train]
+    return SFTData(train, val, counts, gated.train_path, template, trl_knows, items)
 
 
-def without_heldout(data: SFTData, preset: dict) -> SFTData:
-    """Return ``data`` without rows of the preset's held-out items (agentrl.train.heldout; one line says how many
-    were dropped, counted in ``counts["heldout_dropped"]``); a DataError when nothing is left to train on."""
-    from agentrl.core.metrics import normalize_answer
-    from agentrl.train.heldout import heldout_keys
-
-    keys = heldout_keys(preset)
-    if not keys:
-        return data
-
-    def kept(row) -> bool:
-        user = next((m.get("content") for m in row["messages"] if m.get("role") == "user"), "")
-        return (str(row["id"]), normalize_answer(user if isinstance(user, str) else "")) not in keys
-
-    before = len(data.train) + (len(data.validation) if data.validation is not None else 0)
-    data.train = data.train.filter(kept)
-    if data.validation is not None:
-        data.validation = data.validation.filter(kept)
-        data.validation = data.validation if len(data.validation) else None
-    dropped = before - len(data.train) - (len(data.validation) if data.validation is not None else 0)
-    data.counts["heldout_dropped"] = dropped
-    if dropped:
-        print(f"held-out hygiene: dropped {dropped} SFT rows of evaluation / GRPO held-out items of the preset "
-              f"({data.train_path})")
-    if len(data.train) == 0:
-        raise DataError(f"{data.train_path}: every training row is a held-out item of the preset; nothing to train on")
-    return data
-
-
-def training_args(settings: SFTSettings, backend: str, data: SFTData | None, out: Path):
-    """Return the SFTConfig of a run: the fields of :func:`trainer_kwargs` and the ``[sft.trl]`` table's
-    (agentrl.train.trl_args)."""
-    from trl import SFTConfig
-
-    from agentrl.train.trl_args import with_trl
-
-    return SFTConfig(**with_trl(trainer_kwargs(settings, backend, data, out), settings.trl, "sft"))
-
-
-def trainer_kwargs(settings: SFTSettings, backend: str, data: SFTData | None, out: Path) -> dict:
-    """Return the SFTConfig fields agentrl sets: the preset's fields, checkpoints every ``save_steps``, gradient
-    checkpointing by the Trainer on the transformers backend only (Unsloth applies its own at load time:
-    checkpoints.gradient_checkpointing)."""
-    from agentrl.core.tracking import trackers
-    from agentrl.train.checkpoints import gradient_checkpointing, save_args
-    from agentrl.train.models import cuda_available, cuda_precision, progress_bars
-
-    use_cpu = not cuda_available()
+def derived_args(settings: SFTSettings, backend: str, data: SFTData | None, out: Path) -> dict:
+    """Return the SFTConfig fields agentrl derives (agentrl.train.configs.DERIVED): the output directory, the
+    machine's precision, assistant-only loss where TRL can mask the template, evaluation on a validation split
+    (every epoch, or every ``eval_steps``) unless the preset chose, gradient checkpointing by the Trainer on the
+    transformers backend only (Unsloth applies its own at load time)."""
     has_val = data is not None and data.validation is not None
-    return dict(
-        output_dir=str(out / "trainer"), num_train_epochs=settings.epochs, max_steps=settings.max_steps,
-        learning_rate=settings.learning_rate, lr_scheduler_type=settings.lr_scheduler,
-        warmup_steps=settings.warmup, weight_decay=settings.weight_decay, optim=settings.optim,
-        per_device_train_batch_size=settings.batch_size, per_device_eval_batch_size=settings.batch_size,
-        gradient_accumulation_steps=settings.grad_accum, max_length=settings.max_length,
-        truncation_mode="keep_start", packing=settings.packing,
-        assistant_only_loss=data.trl_masks if data is not None else True,
-        gradient_checkpointing=gradient_checkpointing(settings.model.gradient_checkpointing, backend),
-        eval_strategy=("steps" if settings.eval_steps else "epoch") if has_val else "no",
-        eval_steps=settings.eval_steps, logging_steps=settings.logging_steps, logging_first_step=True,
-        report_to=trackers(settings.report_to), seed=settings.seed, use_cpu=use_cpu,
-        **cuda_precision(settings.model), disable_tqdm=not progress_bars(),
-        dataset_num_proc=None, remove_unused_columns=True, **save_args(settings.save_steps, settings.save_total_limit),
-    )
+    out_args = {"output_dir": str(out / "trainer"), "use_cpu": not cuda_available(), **cuda_precision(settings.model),
+                "disable_tqdm": not progress_bars(), "assistant_only_loss": data.trl_masks if data else True,
+                "gradient_checkpointing": gradient_checkpointing(settings.gradient_checkpointing, backend),
+                "report_to": trackers(settings.report_to)}
+    if "eval_strategy" not in settings.trl or not has_val:
+        if "eval_strategy" in settings.trl and settings.eval_strategy != "no":
+            print(f"sft.eval_strategy = {settings.eval_strategy!r}: {settings.data} has no validation split; "
+                  "nothing to evaluate")
+        out_args["eval_strategy"] = ("steps" if settings.eval_steps else "epoch") if has_val else "no"
+    return out_args
 
 
-def make_trainer(settings: SFTSettings, loaded, data: SFTData, out: Path, callbacks=()):
-    """Return TRL's SFTTrainer for the loaded model and data (assistant-only loss)."""
+def make_trainer(settings: SFTSettings, loaded, data: SFTData, args):
+    """Return TRL's SFTTrainer for the loaded model, the data and TRL config ``args`` (agentrl.train.configs.trl_args;
+    assistant-only loss), with a progress bar and loss chart in place of transformers' printed log dicts."""
     from trl import SFTTrainer
 
-    args = training_args(settings, loaded.backend, data, out)
     trainer = SFTTrainer(model=loaded.model, args=args, train_dataset=data.train, eval_dataset=data.validation,
-                         processing_class=loaded.tokenizer, callbacks=list(callbacks))
+                         processing_class=loaded.tokenizer)
     if not data.trl_masks:
         if loaded.backend != "unsloth":
             raise DataError("TRL cannot mask assistant tokens for this chat template (no {% generation %} "
@@ -287,20 +227,23 @@ def make_trainer(settings: SFTSettings, loaded, data: SFTData, out: Path, callba
 
         trainer = train_on_responses_only(trainer, instruction_part="<|im_start|>user\n",
                                           response_part="<|im_start|>assistant\n")
-    from agentrl.train.progress import attach_progress
-
-    # a progress bar and loss chart instead of transformers' printed log dicts; the full log in out/log.jsonl
-    attach_progress(trainer, f"SFT {settings.name}", out, shown=("loss", "eval_loss", "learning_rate"),
-                    chart=("loss", "eval_loss"))
+    # the full log in out/log.jsonl
+    attach_progress(trainer, f"SFT {settings.name}", Path(args.output_dir).parent,
+                    shown=("loss", "eval_loss", "learning_rate"), chart=("loss", "eval_loss"))
     return trainer
+
+
+def build_args(settings: SFTSettings, data: SFTData | None, out: Path, backend: str | None = None):
+    """Return the run's SFTConfig (agentrl.train.configs.trl_args) on ``backend`` (default: the one this machine picks
+    for the settings, Unsloth imported first)."""
+    backend = backend or prepare_backend(settings.model)[0]
+    return trl_args(settings, derived_args(settings, backend, data, out))
 
 
 def train(trainer, loaded, data: SFTData, resume: bool = False, overwrite: bool = False) -> dict:
     """Run the training (from the last checkpoint when ``resume``; an earlier run's checkpoints are moved aside,
     or deleted when ``overwrite``); return the metrics (loss curve, eval loss, backend, world size, counts, and
     the checkpoint resumed from)."""
-    from agentrl.train.checkpoints import prepare
-
     checkpoint = (prepare(trainer.args.output_dir, resume, overwrite) if trainer.is_world_process_zero() or resume
                   else None)
     start = time.perf_counter()
@@ -317,29 +260,44 @@ def train(trainer, loaded, data: SFTData, resume: bool = False, overwrite: bool 
     }
 
 
-def run_sft(settings: SFTSettings, preset: dict | None = None, *, runs: str | Path = "runs", resume: bool = False,
-            overwrite: bool = False, callbacks=()) -> SFTResult:
+def preflight(settings: SFTSettings) -> None:
+    """Check ``settings`` as TRL will at training start (its SFTConfig's own checks of the values), before anything
+    is built or loaded: a DataError naming the table otherwise."""
+    backend, _ = prepare_backend(settings.model)
+    trl_args(settings, derived_args(settings, backend, None, Path("runs") / "sft" / settings.name))
+
+
+def run_sft(settings: SFTSettings, heldout: HeldOut, check: EvalConfig | None = None, preset: dict | None = None, *,
+            runs: str | Path = "runs", resume: bool = False, overwrite: bool = False, callbacks=(),
+            source: dict | None = None) -> SFTResult:
     """Train (from the last checkpoint when ``resume``; ``overwrite`` deletes an earlier run's checkpoints instead
-    of moving them aside), save the adapter (and merged model), run the inference check; return an SFTResult.
+    of moving them aside) on the data through the held-out gate ``heldout``, save the adapter (and merged model), run
+    the inference check on ``check``'s environment; return an SFTResult. ``preset`` is the merged preset's tables,
+    ``source`` what the manifest says of it.
 
     Under ``accelerate launch`` every process trains; only the main one writes files and runs the check.
     """
-    from agentrl.train.models import bitsandbytes_fallback
-
     settings = bitsandbytes_fallback(settings)
     out = Path(runs) / "sft" / settings.name
+    backend, _ = prepare_backend(settings.model)
+    # TRL's own checks of the values before the model loads; the config the run trains with is built below, once the
+    # data says whether there is a validation split and whether TRL can mask the template
+    preflight(settings)
+    gated = gated_rows(settings, heldout)  # the held-out gate, before the model loads
     loaded = load_model(settings)
-    data = without_heldout(load_data(settings, loaded.tokenizer), preset or {})
-    trainer = make_trainer(settings, loaded, data, out, callbacks)
+    data = load_data(settings, loaded.tokenizer, heldout, gated)
+    trainer = make_trainer(settings, loaded, data, build_args(settings, data, out, backend))
+    for callback in callbacks:
+        trainer.add_callback(callback)
     metrics = train(trainer, loaded, data, resume, overwrite)
     main = trainer.is_world_process_zero()
     if main:
         save_adapter(trainer.model, loaded.tokenizer, out, settings)
-        if settings.check_questions > 0:
-            metrics["check"] = inference_check(loaded.model, loaded.tokenizer, settings, preset or {}, out / "check")
+        if settings.check_questions > 0 and check is not None:
+            metrics["check"] = inference_check(loaded.model, loaded.tokenizer, settings, check, preset, out / "check")
         if settings.merge:
             metrics["merged"] = str(merge_adapter(loaded, out / "merged"))
-        write_run(out, settings, metrics, data.train_path)
+        write_run(out, settings, metrics, data, heldout, source)
     return SFTResult(metrics, loaded.model, loaded.tokenizer, out, main)
 
 
@@ -348,31 +306,30 @@ def save_adapter(model, tokenizer, out: Path, settings: SFTSettings) -> Path:
     adapter = out / "adapter"
     model.save_pretrained(str(adapter))
     tokenizer.save_pretrained(str(adapter))
-    (adapter / "base_model.txt").write_text(settings.model.name + "\n")
+    (adapter / "base_model.txt").write_text(base_model(settings.model, settings.adapter) + "\n")
     return adapter
 
 
-def inference_check(model, tokenizer, settings: SFTSettings, preset: dict, out: Path) -> dict:
-    """Run the agent on held-out questions with the base model (adapter off) and with the adapter; return
+def inference_check(model, tokenizer, settings: SFTSettings, check: EvalConfig, preset: dict | None,
+                    out: Path) -> dict:
+    """Run the agent on the first ``check_questions`` held-out items of ``check``'s environment (its ``heldout``
+    split, without any question of the SFT data) with the base model (adapter off) and with the adapter; return
     ``{"base": metrics, "sft": metrics}`` (answer metrics and tool-call quality)."""
-    from agentrl.rollout.evaluate import build_task, eval_config, load_rows, run_eval
-    from agentrl.rollout.local import LocalConfig, LocalPolicy
-
-    offset = settings.check_offset
-    if offset is None:
-        offset = (preset.get("demo") or {}).get("train_questions", 0)
-    cfg = eval_config(preset, policy="local", offset=offset, limit=None)
-    rows = heldout_rows(load_rows(cfg, preset), settings.data)[:settings.check_questions]
+    rows = registry.split_rows(registry.get(check.env), "heldout", check.env_settings, preset)
+    rows = heldout_rows(rows, settings.data)[:settings.check_questions]
     if not rows:
-        log.warning("inference check skipped: every question from offset %d was in the SFT data", offset)
+        log.warning("inference check skipped: every held-out question was in the SFT data")
         return {}
+    cfg = EvalConfig(name=f"{settings.name}_check", env=check.env, policy="local", run=check.run,
+                     envs={check.env: check.env_settings})
     task = build_task(cfg, preset)
     model.eval()
-    policy = LocalPolicy(LocalConfig(model=settings.model.name, max_new_tokens=settings.check_max_new_tokens),
-                         model=model, tokenizer=tokenizer)
+    name = base_model(settings.model, settings.adapter)
+    policy = LocalPolicy(LocalConfig(model=name, max_new_tokens=settings.check_max_new_tokens), model=model,
+                         tokenizer=tokenizer)
     results = {}
     with model.disable_adapter():
-        policy.model = "base:" + Path(settings.model.name).name
+        policy.model = "base:" + Path(name).name
         results["base"] = _check_metrics(run_eval(cfg, preset, overwrite=True, policy=policy, task=task,
                                                   out_dir=out / "base", rows=rows))
     policy.model = f"sft:{settings.name}"
@@ -384,9 +341,6 @@ def inference_check(model, tokenizer, settings: SFTSettings, preset: dict, out: 
 def heldout_rows(rows: list[dict], data: str) -> list[dict]:
     """Return the ``rows`` whose id and normalised question appear in no split of the SFT dataset ``data``:
     a check on trained questions would measure memorisation, not the agent."""
-    from agentrl.core.io import iter_jsonl
-    from agentrl.core.metrics import normalize_answer
-
     ids, questions = set(), set()
     for split in ("train", "validation"):
         path = _data_file(data, split)
@@ -411,9 +365,6 @@ def merge_adapter(loaded, out: Path) -> Path:
         return out
     import torch
 
-    from agentrl.core.device import cuda_native_bf16
-    from agentrl.train.models import cuda_available
-
     merged = loaded.model.merge_and_unload()
     # 16-bit for serving (vLLM loads bf16/fp16); fp16 on a GPU without native bf16 (T4); bf16 on CPU, where fp16
     # arithmetic is poorly supported
@@ -423,14 +374,13 @@ def merge_adapter(loaded, out: Path) -> Path:
     return out
 
 
-def write_run(out: Path, settings: SFTSettings, metrics: dict, train_path: Path) -> None:
-    """Write metrics.json and manifest.json of a training run."""
-    from agentrl.core.config import to_dict
-    from agentrl.core.io import write_json
-    from agentrl.core.manifest import write_manifest
-
+def write_run(out: Path, settings: SFTSettings, metrics: dict, data: SFTData, heldout: HeldOut,
+              source: dict | None = None) -> None:
+    """Write metrics.json, train_items.jsonl (what the run trained on) and manifest.json of a training run."""
     write_json(out / "metrics.json", metrics)
-    write_manifest(out, phase="sft", config=to_dict(settings),
+    write_jsonl(out / "train_items.jsonl", data.items)
+    write_manifest(out, phase="sft", config=record(settings),
                    counts={**metrics["counts"], "steps": metrics["steps"]},
-                   inputs={"train": train_path, "model": settings.model.name},
-                   extra={"backend": metrics["backend"], "backend_reason": metrics["backend_reason"]})
+                   inputs={"train": data.train_path, "model": base_model(settings.model, settings.adapter)},
+                   extra={"backend": metrics["backend"], "backend_reason": metrics["backend_reason"],
+                          "heldout": heldout.describe(), "preset": source or {}})

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from agentrl.core.io import DataError, staged_dir
+from agentrl.train.tiny import trl_template
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_DIR = "runs/models/smollm2-135m-instruct"
@@ -72,8 +73,6 @@ def prepare_smollm2(out_dir: str | Path = DEFAULT_DIR, *, force: bool = False) -
     import torch
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from agentrl.train.tiny import trl_template
 
     kw = {"gguf_file": src.name}
     tok = AutoTokenizer.from_pretrained(str(src.parent), **kw)

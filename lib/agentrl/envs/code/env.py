@@ -20,8 +20,10 @@ The final ``<answer>`` holds the whole function (a body alone is completed with 
 
 from __future__ import annotations
 
+import json
 import textwrap
 
+from agentrl.core.chat import Turn
 from agentrl.envs.base import ToolError, row_metadata
 from agentrl.envs.code.sandbox import SandboxLimits, run_python
 
@@ -129,10 +131,6 @@ def humaneval_tasks(path: str | None = None) -> list[dict]:
 def oracle_plan(row: dict) -> list:
     """The oracle's turns for a code problem: run the canonical solution against the tests, then answer with
     the complete function."""
-    import json
-
-    from agentrl.core.chat import Turn
-
     meta = row.get("metadata") or {}
     solution = meta["prompt"] + meta["canonical_solution"]
     check = f"{solution}\n\n{meta['test']}\n\ncheck({meta['entry_point']})\nprint('all tests passed')\n"

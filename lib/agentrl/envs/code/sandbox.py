@@ -43,10 +43,12 @@ Stdout and stderr go to files bounded by the file-size limit, and at most ``max_
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import logging
 import os
 import platform
+import pwd
 import shutil
 import signal
 import subprocess
@@ -257,8 +259,6 @@ def slot_count() -> int:
 
 @functools.cache
 def _run_uids() -> tuple[int, ...]:
-    import pwd
-
     uids = []
     for uid in range(RUN_UID_BASE, RUN_UID_BASE + MAX_SLOTS):
         try:
@@ -279,8 +279,6 @@ class _Slots:
     @contextlib.contextmanager
     def hold(self):
         """Hold a free slot for the duration of the block; yield its index."""
-        import fcntl
-
         n = min(slot_count(), len(_run_uids()))
         folder = os.path.join(tempfile.gettempdir(), f"agentrl-sandbox-{os.geteuid()}")
         os.makedirs(folder, mode=0o700, exist_ok=True)

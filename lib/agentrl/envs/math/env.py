@@ -22,14 +22,14 @@ disk (agentrl.rollout.judge). The calculator parses the expression with ``ast`` 
 from __future__ import annotations
 
 import ast
-import logging
+import json
 import operator
 import re
-import threading
 from pathlib import Path
 
+from agentrl.core.chat import Turn
 from agentrl.core.io import DataError, iter_jsonl
-from agentrl.core.metrics import gold_list
+from agentrl.core.metrics import gold_list, math_equal
 from agentrl.envs.base import ToolError
 
 HELD_OUT = 200  # the last 200 problems of the training file are the fixed evaluation slice, never trained on
@@ -73,26 +73,6 @@ def calculate(expression: str) -> float | int:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def verify_answer(prediction: str | None, gold: str) -> bool:
-    """Return True when ``prediction`` equals ``gold`` by math-verify (False for no or an over-long answer)."""
-    if not prediction or not prediction.strip() or len(prediction) > 1000:
-        return False
-    from math_verify import parse, verify
-
-    # math-verify's timeouts use SIGALRM, which exists in the main thread only
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    if timeout is None:  # off on purpose (as in TRL's accuracy reward): not a warning per thread to the reader
-        logging.getLogger("math_verify").setLevel(logging.ERROR)
-    text = re.sub(r"(?<=\d),(?=\d{3})", "", prediction.strip())  # 1,200 -> 1200
-    target = parse(f"${gold}$", parsing_timeout=timeout)
-    # plain text first ("72 clips"), then as a LaTeX formula (a bare "3/4")
-    for candidate in (text, f"${text}$"):
-        got = parse(candidate, parsing_timeout=timeout)
-        if got and verify(target, got, timeout_seconds=timeout):
-            return True
-    return False
-
-
 class MathEnv:
     """A GSM8K problem per episode with a calculator tool; reset with a math task row."""
 
@@ -120,7 +100,7 @@ class MathEnv:
 def math_score(prediction: str | None, row: dict | None, env) -> dict:
     """Return the math metrics of an episode (see the module docstring); the task's scoring hook."""
     golds = gold_list((row or {}).get("golden_answers"))  # a bare string is one answer, not its characters
-    ok = float(any(verify_answer(prediction, g) for g in golds))
+    ok = float(any(math_equal(prediction, g) for g in golds))
     return {"correct": ok, "answered": float(bool(prediction and prediction.strip())),
             "calculator_calls": float(env.calls if env is not None else 0),
             "em": ok, "f1": ok, "acc": ok, "precision": ok, "recall": ok}
@@ -140,9 +120,11 @@ def gsm8k_row(rec: dict, task_id: str, where: str = "") -> dict:
 
 
 def load_gsm8k(path: str | Path, *, split: str = "all") -> list[dict]:
-    """Return GSM8K-layout records as task rows (ids ``gsm8k_<line-1>``); ``split`` ``train`` drops the last
-    HELD_OUT problems, ``heldout`` keeps only them, ``all`` keeps everything."""
-    rows = [gsm8k_row(rec, f"gsm8k_{n - 1}", f"{path}:{n}") for n, rec in iter_jsonl(path)]
+    """Return GSM8K-layout records as task rows (ids ``<file stem>:<line-1>``, so the problems of two files never
+    share an id); ``split`` ``train`` drops the last HELD_OUT problems, ``heldout`` keeps only them, ``all`` keeps
+    everything."""
+    stem = Path(path).stem
+    rows = [gsm8k_row(rec, f"{stem}:{n - 1}", f"{path}:{n}") for n, rec in iter_jsonl(path)]
     if not rows:
         raise DataError(f"{path}: no problems")
     if split == "train":
@@ -155,10 +137,6 @@ def load_gsm8k(path: str | Path, *, split: str = "all") -> list[dict]:
 def oracle_plan(row: dict) -> list:
     """The oracle's turns for a math problem: one turn calling the calculator on each of the reference
     solution's calculations it accepts (parallel calls), then the gold answer."""
-    import json
-
-    from agentrl.core.chat import Turn
-
     meta = row.get("metadata") or {}
     calls = []
     for expr in meta.get("calculations") or []:

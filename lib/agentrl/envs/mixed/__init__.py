@@ -3,7 +3,11 @@ this file)."""
 
 from __future__ import annotations
 
-from agentrl.envs.registry import Environment
+from dataclasses import dataclass, field
+
+from agentrl.envs.mixed.env import mixed_score, mixed_task, mixture_split
+from agentrl.envs.registry import Environment, EnvTables
+from agentrl.envs.task import EnvSettings
 
 PROMPTS = {
     "mixed": (
@@ -15,29 +19,38 @@ PROMPTS = {
 }
 
 
-def build(settings, preset: dict | None = None):
-    """Return the mixed Task: every family built from ``settings``; ``settings.mixture`` (GRPO's) those built first."""
-    from agentrl.envs.mixed.env import mixed_task
+@dataclass
+class MixedSettings(EnvSettings):
+    """The mixture's settings ([grpo.mixed]): its members and proportions, how many rows each split draws, and each
+    member's own settings as a table named after it (``[grpo.mixed.search] top_k = 2``)."""
 
-    return mixed_task(settings, preset, getattr(settings, "mixture", None) or {})
+    mixture: dict[str, float] = field(default_factory=dict)  # member -> proportion, e.g. {math = 0.5, code = 0.5}
+    train: int = 32  # training rows drawn from the members' train rows in those proportions
+    validation: int = 0  # validation rows drawn from the members' validation rows
+    heldout: int = 20  # held-out rows drawn from the members' heldout rows
+    seed: int = 42  # the shuffle of the drawn rows
+    envs: dict = field(default_factory=dict, metadata={"extra": EnvTables(training=False)})  # members' settings
 
 
-def rows(split: str, source: str | None = None, n: int | None = None, preset: dict | None = None) -> list[dict]:
-    """A mixture has no rows of its own: GRPO draws them from its families (grpo.mixture)."""
-    from agentrl.core.io import DataError
+def build(settings: MixedSettings, preset: dict | None = None):
+    """Return the mixed Task (agentrl.envs.mixed.env.mixed_task)."""
+    return mixed_task(settings, preset)
 
-    raise DataError("the mixed environment's rows come from its families: set grpo.mixture, e.g. "
-                    "{math = 0.5, code = 0.25, textgame = 0.25}")
+
+def rows(split: str, settings: MixedSettings, preset: dict | None = None, source: str | None = None) -> list[dict]:
+    """Return the mixture's rows of ``split``, drawn from its members' rows of that split."""
+    if split == "all":
+        return [r for s in ("train", "validation", "heldout") for r in mixture_split(settings, s, preset)]
+    return mixture_split(settings, split, preset)
 
 
 def score(prediction, row, env) -> dict:
     """Return the metrics of the row's family (agentrl.envs.mixed.env.mixed_score)."""
-    from agentrl.envs.mixed.env import mixed_score
-
     return mixed_score(prediction, row, env)
 
 
 ENVIRONMENT = Environment(
     name="mixed", summary="several environments in one GRPO run, each row in its own family's environment",
-    build=build, rows=rows, score=score, prompts=PROMPTS, rewards={"task_success": 1.0, "format": 0.1},
-    env_class="agentrl.envs.mixed.env:MixedEnv", routes=True, evaluable=False, folder=__name__)
+    build=build, rows=rows, score=score, settings=MixedSettings, prompts=PROMPTS,
+    rewards={"task_success": 1.0, "format": 0.1}, env_class="agentrl.envs.mixed.env:MixedEnv", evaluable=False,
+    folder=__name__)

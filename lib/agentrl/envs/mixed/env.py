@@ -1,6 +1,6 @@
 """Mixed-task environment: one GRPO run over several task families, each row routed to its own environment.
 
-Sample mixture (``[grpo] mixture = {math = 0.25, code = 0.25, textgame = 0.25, search = 0.25}``, 8 rows): 2
+Sample mixture (``[grpo.mixed] mixture = {math = 0.25, code = 0.25, textgame = 0.25, search = 0.25}``, 8 rows): 2
 GSM8K problems, 2 HumanEval problems, 2 text games and 2 HotpotQA questions, interleaved; each row carries
 ``env`` (its family) and ``task`` (its metadata as JSON). TRL gives one tool list to the whole run, so the
 environment offers the union of the registered families' tools (each a delegate with the family tool's own
@@ -24,14 +24,16 @@ import inspect
 import json
 import random
 
+from agentrl.core.io import DataError
 from agentrl.envs import registry
-from agentrl.envs.base import tool_methods
+from agentrl.envs.base import _tool_names, tool_methods
+from agentrl.envs.task import Task
 
 
 def routable(extra=()) -> tuple[str, ...]:
     """Return the families a mixture routes to: every built-in environment but a router itself, then ``extra``
     (a mixture's own environments from outside the package)."""
-    builtin = tuple(n for n in registry.BUILTIN if not registry.get(n).routes)
+    builtin = tuple(n for n in registry.BUILTIN if n != "mixed")
     return (*builtin, *(n for n in extra if n not in builtin))
 
 
@@ -84,9 +86,8 @@ class MixedBase:
 
 @functools.cache
 def _default_task(family: str):
-    from agentrl.envs.task import EpisodeSettings
-
-    return registry.get(family).build(EpisodeSettings(), {})
+    spec = registry.get(family)
+    return spec.build(spec.settings(), {})
 
 
 @functools.cache
@@ -105,8 +106,6 @@ def mixed_env_class(families: tuple[str, ...]) -> type:
 
 def tool_methods_of(cls: type) -> tuple[str, ...]:
     """Return the tool names of an environment class (agentrl.envs.base's rule)."""
-    from agentrl.envs.base import _tool_names
-
     return _tool_names(cls)
 
 
@@ -150,67 +149,56 @@ def mixture_rows(mixture: dict[str, float], sources: dict[str, list[dict]], n: i
     return rows
 
 
-def family_summary(families: list, rewards: list[float], successes: list) -> dict[str, float]:
-    """Return ``{"<family>/reward": mean total reward, "<family>/success": mean headline success}`` over the
-    rollouts of each family in a batch (rollouts without a reward, NaN, or without a success, None, left out)."""
-    import math
-
-    out: dict[str, float] = {}
-    for family in sorted({f for f in families if f}):
-        got = [r for f, r in zip(families, rewards, strict=True) if f == family and not math.isnan(r)]
-        won = [float(s) for f, s in zip(families, successes, strict=True) if f == family and s is not None]
-        if got:
-            out[f"{family}/reward"] = sum(got) / len(got)
-        if won:
-            out[f"{family}/success"] = sum(won) / len(won)
-    return out
+def member_settings(settings, family: str):
+    """Return the settings of mixture member ``family``: its table inside the mixture's (``[grpo.mixed.search]``),
+    else its defaults."""
+    spec = registry.get(family)
+    return settings.envs.get(family) or spec.settings()
 
 
-def family_rows(families, split: str, n: int, preset: dict | None = None) -> dict[str, list[dict]]:
-    """Return each family's rows of ``split`` (``train`` or ``heldout``; ``n`` for a generator such as the text game):
-    its training rows are its ``train`` rows without any item of its ``heldout`` rows (one QA file serves both for
-    search), its held-out rows its ``heldout`` rows."""
-    from agentrl.core.metrics import same_item_key
+def mixture_split(settings, split: str, preset: dict | None = None) -> list[dict]:
+    """Return the mixture's rows of ``split``: ``settings.train`` (train), ``validation`` or ``heldout`` rows drawn
+    from each member's own rows of that split in the mixture's proportions (agentrl.envs.registry: its train,
+    validation and heldout rows never share an item)."""
+    if not settings.mixture:
+        raise DataError("the mixed environment needs a mixture, e.g. [grpo.mixed] mixture = "
+                        "{math = 0.5, code = 0.25, textgame = 0.25}")
+    n = {"train": settings.train, "validation": settings.validation, "heldout": settings.heldout}[split]
+    if not n:
+        return []
+    sources = {f: registry.split_rows(registry.get(f), split, member_settings(settings, f), preset)
+               for f in settings.mixture}
+    try:
+        return mixture_rows(settings.mixture, sources, n, settings.seed)
+    except ValueError as exc:
+        raise DataError(f"mixture: {exc}") from None
 
-    out = {}
-    for family in families:
-        spec = registry.get(family)
-        found = spec.rows(split, None, n, preset or {})
-        if split == "train" and not spec.pooled:
-            held = {same_item_key(r) for r in spec.rows("heldout", None, n, preset or {})}
-            found = [r for r in found if same_item_key(r) not in held]
-        out[family] = found
-    return out
 
-
-def mixed_task(settings=None, preset: dict | None = None, mixture=None):
-    """Return the mixed Task: MixedEnv over every routable family, each built once from ``settings`` (the run's
-    episode settings; default ones without), those in ``mixture`` at once (a missing index fails here, not at the
-    first search row); one prompt naming every family's tools plus the notes of the mixture's families; each row
-    scored and demonstrated by its family."""
-    from agentrl.envs.task import EpisodeSettings, Task
-
-    settings = settings or EpisodeSettings()
+def mixed_task(settings, preset: dict | None = None):
+    """Return the mixed Task: MixedEnv over every routable family, each built once from its settings (its table in
+    the mixture's, else its defaults), those in the mixture at once (a missing index fails here, not at the first
+    search row); one prompt naming every family's tools plus the notes of the mixture's families; each row scored
+    and demonstrated by its family."""
     spec = registry.get("mixed")
+    mixture = settings.mixture
 
     @functools.cache
     def build(family: str):
-        return registry.get(family).build(settings, preset or {})
+        return registry.get(family).build(member_settings(settings, family), preset or {})
 
-    for family in mixture or ():
+    for family in mixture:
         build(family)
 
     def plan(row: dict) -> list:
         oracle = build(row["env"]).oracle_plan
         if oracle is None:
-            from agentrl.core.io import DataError
-
             raise DataError(f"environment {row['env']} has no oracle")
         return oracle(row)
 
-    notes = "".join(registry.get(f).mixture_note for f in mixture or ())
+    notes = "".join(registry.get(f).mixture_note for f in mixture)
     system = registry.prompt(spec, settings.prompt) + notes
-    families = routable(tuple(mixture or ()))
+    families = routable(tuple(mixture))
+    turns = settings.max_turns or max(build(f).max_turns for f in mixture) if mixture else spec.max_turns
     return Task(name=spec.name, make_env=functools.partial(mixed_env_class(families), build), system_prompt=system,
-                oracle_plan=plan, score=mixed_score,
-                config={"families": list(families), "given": sorted(mixture or ())})
+                oracle_plan=plan, score=mixed_score, families=tuple(mixture), max_turns=turns,
+                config={"families": list(families), "given": sorted(mixture)})

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from agentrl.envs.registry import Environment
+from dataclasses import dataclass
+from typing import Literal
 
-HELDOUT = 50  # a training run holds out the last 50 questions of its QA file (a mixture's search rows)
+from agentrl.core.io import DataError
+from agentrl.data.corpus import load_qa
+from agentrl.envs.registry import Environment
+from agentrl.envs.search.env import backend_for, search_score, search_task
+from agentrl.envs.task import EnvSettings
 
 PROMPTS = {
     "search": (
@@ -29,38 +34,65 @@ PROMPTS = {
         "If the passages never contain the answer, reply <answer>Insufficient Information</answer>."
     ),
 }
+MAX_SEARCHES = 4  # the tool-call budget when the settings give none
 
 
-def build(settings, preset: dict | None = None):
+@dataclass
+class SearchSettings(EnvSettings):
+    """The search environment's settings ([eval.search], [grpo.search]): the QA file and its splits, the retriever
+    and what a search returns."""
+
+    qa: str | None = None  # the QA file (FlashRAG layout); default the preset's [corpus] qa
+    train: int | None = None  # training questions, from the first (None: every one before validation and heldout)
+    validation: int = 0  # the questions right before the held-out ones: hyperparameters are chosen on them
+    heldout: int = 50  # the last questions of the file: what runs report on, never trained on
+    top_k: int = 3  # passages per search
+    search_method: Literal["bm25", "dense", "hybrid"] | None = None  # default: the index's
+    raw_chunks: bool = False  # raw chunks instead of the top_k distinct documents
+    passage_chars: int | None = None  # cut each passage to this many characters
+    max_query_chars: int | None = None  # longer queries are a tool error; default 2,000
+    index: str | None = None  # index directory; default the preset's phase-00 index
+    mcp_url: str | None = None  # a remote MCP retrieval server instead of a local index
+
+
+def qa_file(settings: SearchSettings, preset: dict | None, source: str | None = None) -> str:
+    """Return the QA file the search rows come from: ``source``, else the settings' ``qa``, else the preset's
+    ``[corpus] qa``."""
+    qa = source or settings.qa or (preset or {}).get("corpus", {}).get("qa")
+    if not qa:
+        raise DataError("the search environment has no QA file: set qa in [eval.search] / [grpo.search] (or the "
+                        "preset's [corpus] qa), or pass --qa")
+    return qa
+
+
+def build(settings: SearchSettings, preset: dict | None = None):
     """Return the search Task for ``settings`` over the index (or MCP server) they name."""
-    from agentrl.envs.search.env import backend_for, search_task
-
-    return search_task(backend_for(settings, preset), top_k=settings.top_k, max_searches=settings.max_searches,
+    return search_task(backend_for(settings, preset), top_k=settings.top_k,
+                       max_searches=MAX_SEARCHES if settings.max_tool_calls is None else settings.max_tool_calls,
                        prompt=settings.prompt, passage_chars=settings.passage_chars,
-                       max_query_chars=settings.max_query_chars)
+                       max_query_chars=settings.max_query_chars, max_turns=settings.max_turns or ENVIRONMENT.max_turns)
 
 
-def rows(split: str, source: str | None = None, n: int | None = None, preset: dict | None = None) -> list[dict]:
-    """Return QA rows from ``source`` (default the preset's QA file: ``[eval].qa``, else ``[corpus].qa``): every row
-    for ``train`` and ``eval`` (a GRPO run holds out the slice after its training questions), the last HELDOUT
-    for ``heldout``."""
-    from agentrl.data.corpus import load_qa
-    from agentrl.data.pipeline import eval_qa_path
-
-    found = load_qa(source or eval_qa_path(preset or {}))
-    return found[-HELDOUT:] if split == "heldout" else found
+def rows(split: str, settings: SearchSettings, preset: dict | None = None, source: str | None = None) -> list[dict]:
+    """Return the QA file's rows of ``split``: ``heldout`` the last ``heldout`` questions, ``validation`` the
+    ``validation`` before them, ``train`` the rest (the first ``train`` of them when set), ``all`` every row."""
+    found = load_qa(qa_file(settings, preset, source))
+    n = len(found)
+    held = min(max(0, settings.heldout), n)
+    val = min(max(0, settings.validation), n - held)
+    cut = {"heldout": (n - held, n), "validation": (n - held - val, n - held), "all": (0, n),
+           "train": (0, n - held - val if settings.train is None else min(settings.train, n - held - val))}[split]
+    return found[cut[0]:cut[1]]
 
 
 def score(prediction, row, env) -> dict:
     """Return the answer metrics and ``grounded`` (agentrl.envs.search.env.search_score)."""
-    from agentrl.envs.search.env import search_score
-
     return search_score(prediction, row, env)
 
 
 ENVIRONMENT = Environment(
     name="search", summary="multi-hop QA over a corpus with a hybrid-retrieval search tool", build=build, rows=rows,
-    env_class="agentrl.envs.search.env:SearchEnv", score=score, prompts=PROMPTS,
-    rewards={"answer_f1": 1.0, "format": 0.1}, metrics=("f1", "grounded"), row_metadata=False, folder=__name__,
+    settings=SearchSettings, env_class="agentrl.envs.search.env:SearchEnv", score=score, prompts=PROMPTS,
+    rewards={"answer_f1": 1.0, "format": 0.1}, metrics=("f1", "grounded"), eval_split="all", folder=__name__,
     mixture_note=(" For a question about the world, look up facts with the `search` tool and reply with a short "
                   "answer inside <answer></answer> tags."))

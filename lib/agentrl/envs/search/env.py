@@ -26,11 +26,18 @@ import functools
 import json
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 
 from agentrl.core.chat import Turn
 from agentrl.core.io import DataError
-from agentrl.core.metrics import answer_metrics, gold_list
+from agentrl.core.metrics import answer_metrics, gold_list, normalize_answer
+from agentrl.data.corpus import gold_titles
+from agentrl.data.pipeline import corpus_paths
+from agentrl.envs import registry
 from agentrl.envs.base import ToolError
+from agentrl.envs.task import Task
+from agentrl.retrieval import Retriever
+from agentrl.retrieval.batcher import BatchSearcher
 from agentrl.retrieval.index import Hit
 
 MAX_QUERY_CHARS = 2000  # the same cap as the MCP server's (agentrl.retrieval.mcp_server.MAX_QUERY_CHARS)
@@ -45,8 +52,6 @@ class LocalSearch:
 
     async def search(self, query: str, top_k: int) -> list[Hit]:
         """Return the top_k hits for ``query``."""
-        from agentrl.retrieval.batcher import BatchSearcher
-
         loop = asyncio.get_running_loop()
         batcher = self._batchers.get(loop)
         if batcher is None:
@@ -171,8 +176,6 @@ def grounded(prediction: str | None, shown: list[str]) -> float:
 
     Curation keeps demonstrations whose answer the agent could see (``[data] min_grounded``): an oracle
     demonstration answering from gold it never retrieved teaches a student to guess."""
-    from agentrl.core.metrics import normalize_answer
-
     answer = normalize_answer(prediction or "")
     if not answer:
         return 0.0
@@ -194,8 +197,6 @@ def search_score(prediction: str | None, row: dict, env) -> dict:
 
 def search_plan(row: dict) -> list[Turn]:
     """Return the oracle's turns for a search task row: one search per gold title, then the answer."""
-    from agentrl.data.corpus import gold_titles
-
     titles = gold_titles(row) or [row["question"]]
     turns = [Turn(tool_calls=[{"id": f"call_{i}", "name": "search", "arguments": json.dumps({"query": t})}])
              for i, t in enumerate(titles)]
@@ -204,12 +205,9 @@ def search_plan(row: dict) -> list[Turn]:
 
 
 def search_task(backend, *, top_k: int = 3, max_searches: int = 4, prompt: str | None = None,
-                passage_chars: int | None = None, max_query_chars: int | None = None):
+                passage_chars: int | None = None, max_query_chars: int | None = None, max_turns: int = 6):
     """Return the search Task over a LocalSearch or MCPSearch backend. A query longer than ``max_query_chars``
     (default MAX_QUERY_CHARS, 2,000) is a tool error for the model."""
-    from agentrl.envs import registry
-    from agentrl.envs.task import Task
-
     limit = MAX_QUERY_CHARS if max_query_chars is None else max_query_chars
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise DataError(f"max_query_chars must be a positive integer (got {max_query_chars!r})")
@@ -221,19 +219,15 @@ def search_task(backend, *, top_k: int = 3, max_searches: int = 4, prompt: str |
     if limit != MAX_QUERY_CHARS:  # only a changed limit enters the run fingerprint: older runs still resume
         config["max_query_chars"] = limit
     return Task(name=spec.name, make_env=env, system_prompt=registry.prompt(spec, prompt, max_searches=max_searches),
-                oracle_plan=search_plan, score=search_score, config=config)
+                oracle_plan=search_plan, score=search_score, config=config, max_turns=max_turns)
 
 
 def backend_for(settings, preset: dict | None):
     """Return the search backend the settings name: the MCP server at ``mcp_url``, else the local index
     (``index``, default the preset's phase-00 index), loaded once. DataError naming the commands that build the
     index when it does not exist."""
-    from pathlib import Path
-
     if settings.mcp_url:
         return MCPSearch(settings.mcp_url)
-    from agentrl.data.pipeline import corpus_paths
-    from agentrl.retrieval import Retriever
 
     index = Path(settings.index) if settings.index else corpus_paths(preset or {})[1]
     if not (index / "index.json").is_file():

@@ -3,7 +3,20 @@ per-episode SQLite database or a private MariaDB server (README.md beside this f
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+from typing import Literal
+
+from agentrl.core.config import data_file
+from agentrl.core.io import DataError
+from agentrl.envs import registry
 from agentrl.envs.registry import Environment
+from agentrl.envs.sql import mariadb, mariadb_server
+from agentrl.envs.sql.dbbench import load_dbbench
+from agentrl.envs.sql.env import SQLEnv, sql_score
+from agentrl.envs.sql.oracle import oracle_plan
+from agentrl.envs.sql.synthetic import synthetic_sql_tasks
+from agentrl.envs.task import EnvSettings, Task
 
 DBBENCH_DEV = "data/samples/dbbench_dev.jsonl"  # AgentBench DB Bench dev: evaluation only, never training
 SYNTHETIC = "synthetic"  # generated tables and questions (agentrl.envs.sql.synthetic): what SQL training uses
@@ -27,27 +40,35 @@ PROMPTS = {
 }
 
 
-def sql_task(*, prompt: str | None = None, max_calls: int = 8, partial_credit: float = 0.1, jaccard: bool = False,
-             scoring: str = "agentbench", backend: str = "sqlite"):
+MAX_CALLS = 8  # the tool-call budget when the settings give none
+
+
+@dataclass
+class SQLSettings(EnvSettings):
+    """The SQL environment's settings ([eval.sql], [grpo.sql]): where its tasks come from, its splits, the database
+    backend and the scoring."""
+
+    train_qa: str = SYNTHETIC  # training tasks: generated tables (agentrl.envs.sql.synthetic); DB Bench is refused
+    qa: str = DBBENCH_DEV  # held-out tasks: a DB Bench-layout file (AgentBench DB Bench dev)
+    train: int | None = None  # training tasks, from the first (None: all but the validation ones)
+    validation: int = 0  # the last training tasks: hyperparameters are chosen on them, never trained on
+    heldout: int | None = None  # the first N tasks of ``qa`` (None: all of them)
+    partial_credit: float = 0.1  # exec score when statements ran but the result/final table is wrong
+    jaccard: bool = False  # Jaccard overlap of rows as partial credit when larger than the above
+    scoring: Literal["agentbench", "lenient"] = "agentbench"  # the headline em: AgentBench's rules or normalised values
+    backend: Literal["sqlite", "mariadb"] = "sqlite"  # per-episode SQLite databases or a private MariaDB server
+
+
+def sql_task(*, prompt: str | None = None, max_calls: int = MAX_CALLS, partial_credit: float = 0.1,
+             jaccard: bool = False, scoring: str = "agentbench", backend: str = "sqlite", max_turns: int = 6):
     """Return the SQL Task over per-episode databases: SQLite in-process (the default) or a MariaDB server
     (DataError when it is not installed). ``scoring`` picks the headline em: AgentBench's rules (default) or the
     lenient normalised match."""
-    import functools
-
-    from agentrl.core.io import DataError
-    from agentrl.envs import registry
-    from agentrl.envs.sql.env import SQLEnv, sql_score
-    from agentrl.envs.task import Task
-
     if backend == "mariadb":
-        from agentrl.envs.sql import mariadb, mariadb_server
-
         mariadb_server.binaries()  # fail before the first item, naming the package to install
         cls, plan = mariadb.MariaDBEnv, mariadb.oracle_plan
         prompt = "sql_mysql" if prompt in (None, "sql") else prompt
     elif backend == "sqlite":
-        from agentrl.envs.sql.oracle import oracle_plan
-
         cls, plan = SQLEnv, oracle_plan
         prompt = prompt or "sql"
     else:
@@ -55,46 +76,56 @@ def sql_task(*, prompt: str | None = None, max_calls: int = 8, partial_credit: f
     env = functools.partial(cls, max_calls=max_calls, partial_credit=partial_credit, jaccard=jaccard, scoring=scoring)
     return Task(name=ENVIRONMENT.name, make_env=env,
                 system_prompt=registry.prompt(ENVIRONMENT, prompt, max_calls=max_calls),
-                oracle_plan=plan, score=sql_score,
+                oracle_plan=plan, score=sql_score, max_turns=max_turns,
                 config={"prompt": prompt, "max_calls": max_calls, "partial_credit": partial_credit, "jaccard": jaccard,
                         "scoring": scoring, "backend": backend})
 
 
-def build(settings, preset: dict | None = None):
-    """Return the SQL Task for ``settings`` (tool-call budget ``max_searches``, the ``sql_*`` keys)."""
-    return sql_task(prompt=settings.prompt, max_calls=settings.max_searches, partial_credit=settings.sql_partial_credit,
-                    jaccard=settings.sql_jaccard, scoring=settings.sql_scoring, backend=settings.sql_backend)
+def build(settings: SQLSettings, preset: dict | None = None):
+    """Return the SQL Task for ``settings``."""
+    return sql_task(prompt=settings.prompt, max_calls=MAX_CALLS if settings.max_tool_calls is None
+                    else settings.max_tool_calls, partial_credit=settings.partial_credit, jaccard=settings.jaccard,
+                    scoring=settings.scoring, backend=settings.backend,
+                    max_turns=settings.max_turns or ENVIRONMENT.max_turns)
 
 
-def rows(split: str, source: str | None = None, n: int | None = None, preset: dict | None = None) -> list[dict]:
-    """Return SQL task rows: ``train`` the synthetic tasks (DB Bench is evaluation only: a DB Bench file as a
-    training source is a DataError), ``eval`` and ``heldout`` DB Bench dev; ``source`` a DB Bench-layout file or
-    ``synthetic``."""
-    from agentrl.core.config import data_file
-    from agentrl.core.io import DataError
-
-    source = source or (SYNTHETIC if split == "train" else DBBENCH_DEV)
+def _tasks(source: str, split: str) -> list[dict]:
     if source == SYNTHETIC:
-        from agentrl.envs.sql.synthetic import synthetic_sql_tasks
-
         return synthetic_sql_tasks()
-    if split == "train" and "dbbench" in str(source).lower():
-        raise DataError(f"qa = {source!r}: DB Bench is for evaluation only; train on qa = '{SYNTHETIC}'")
-    from agentrl.envs.sql.dbbench import load_dbbench
+    if split in ("train", "validation") and "dbbench" in str(source).lower():
+        raise DataError(f"qa = {source!r}: DB Bench is for evaluation only; train on train_qa = '{SYNTHETIC}'")
 
     return load_dbbench(data_file(source))
 
 
+def rows(split: str, settings: SQLSettings, preset: dict | None = None, source: str | None = None) -> list[dict]:
+    """Return SQL task rows of ``split``: ``train`` and ``validation`` from ``train_qa`` (the synthetic tasks;
+    validation the last ``validation``), ``heldout`` the first ``heldout`` of ``qa`` (DB Bench dev), ``all`` all of
+    them; ``source`` replaces the split's file (a DB Bench-layout file, or ``synthetic``)."""
+    if split == "all":
+        if source is not None:  # one file (or "synthetic"): its tasks, once
+            return _tasks(source, "heldout")
+        return [r for s in ("train", "validation", "heldout") for r in rows(s, settings, preset, source)]
+    if split == "heldout":
+        found = _tasks(source or settings.qa, split)
+        return found if settings.heldout is None else found[:settings.heldout]
+    found = _tasks(source or settings.train_qa, split)
+    val = min(max(0, settings.validation), len(found))
+    if split == "validation":
+        return found[len(found) - val:]
+    found = found[:len(found) - val]
+    return found if settings.train is None else found[:settings.train]
+
+
 def score(prediction, row, env) -> dict:
     """Return the SQL metrics of an episode (agentrl.envs.sql.env.sql_score)."""
-    from agentrl.envs.sql.env import sql_score
-
     return sql_score(prediction, row, env)
 
 
 ENVIRONMENT = Environment(
     name="sql", summary="AgentBench DB Bench tasks in a SQLite (or MariaDB) sandbox with an execute_sql tool",
-    build=build, rows=rows, env_class="agentrl.envs.sql.env:SQLEnv", score=score, prompts=PROMPTS,
+    build=build, rows=rows, settings=SQLSettings, env_class="agentrl.envs.sql.env:SQLEnv", score=score,
+    prompts=PROMPTS,
     rewards={"sql_execution": 1.0, "format": 0.1}, reward_metrics={"sql_execution": "exec", "sql_answer": "em"},
     metrics=("exec",), demo_items=12, folder=__name__,
     metrics_note="`acc`/`em`/`f1` are the headline: AgentBench's verdict on the `<answer>` (SELECT) or on the final "

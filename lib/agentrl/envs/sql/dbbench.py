@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from collections import Counter
@@ -46,7 +47,6 @@ def answer_matches(answer: str | None, label: list) -> bool:
         return False
     text = answer.strip()
     if text.startswith("[") and text.endswith("]"):  # several values as a list, as the prompt asks
-        import ast
 
         try:
             values = ast.literal_eval(text)
@@ -77,8 +77,12 @@ def dbbench_row(rec: dict, task_id: str, where: str = "") -> dict:
 
 
 def load_dbbench(path: str | Path) -> list[dict]:
-    """Return the tasks of a DB Bench-format JSONL file as task rows (ids db_0, db_1, ... by line)."""
-    rows = [dbbench_row(rec, f"db_{lineno - 1}", f"{path}:{lineno}") for lineno, rec in iter_jsonl(path)]
+    """Return the tasks of a DB Bench-format JSONL file as task rows, ids by line: ``db_0``, ``db_1``, ... for
+    AgentBench's dev set (``dbbench_dev.jsonl``, its own numbering), ``<file stem>_0``, ... for any other file, so two
+    files' tasks never share an id (the held-out gate matches by id)."""
+    stem = Path(path).stem
+    prefix = "db_" if stem == "dbbench_dev" else f"{stem}_"
+    rows = [dbbench_row(rec, f"{prefix}{lineno - 1}", f"{path}:{lineno}") for lineno, rec in iter_jsonl(path)]
     if not rows:
         raise DataError(f"{path}: no tasks")
     return rows

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 
 from agentrl.core.io import DataError
 from agentrl.envs.base import ToolError, row_metadata
+from agentrl.envs.sql.agentbench import compare_results, has_answer_md5, hash_answer, modify_correct, table_hash
+from agentrl.envs.sql.credit import VARIANTS, closer_to_gold, jaccard, perturbed_tables, progress, result_key
 from agentrl.envs.sql.dbbench import answer_matches, normalize_value, values_match
 from agentrl.envs.sql.lex import fold_map, hash_dialect, match_accents, mysql_to_sqlite
 from agentrl.envs.sql.sandbox import (
@@ -259,8 +261,6 @@ class SQLEnv:
     def _run_gold(self, want_digest: bool) -> GoldResult:
         """Run the gold statement (MySQL, rewritten for SQLite) on a fresh copy; with ``want_digest`` also on a copy
         built as AgentBench builds it, for the expected table hash."""
-        from agentrl.envs.sql.agentbench import table_hash
-
         gold = self._meta.get("sql")
         if not gold:
             return GoldResult(None, None, "the task has no gold statement")
@@ -290,8 +290,6 @@ class SQLEnv:
         """AgentBench's hash of the task table after the episode's writes, replayed on a copy built as AgentBench
         builds the table (every column TEXT, as MySQL stores it: '7.400' stays '7.400') in the MySQL-like dialect
         of agentrl.envs.sql.lex.hash_dialect."""
-        from agentrl.envs.sql.agentbench import table_hash
-
         table = self._meta["table"]
         with self._scratch_db(table, all_text=True) as copy:
             sandbox(copy, table["table_name"], self._limits)
@@ -326,8 +324,6 @@ class SQLEnv:
         return ([v for r in rows for v in r], complete) if columns else None
 
     def _copy(self, variant: str) -> sqlite3.Connection:
-        from agentrl.envs.sql.credit import perturbed_tables
-
         if variant not in self._copies:
             table = self._meta["table"]
             conn = build_database(perturbed_tables(table)[variant], self._limits, types=column_types(table))
@@ -346,8 +342,6 @@ class SQLEnv:
 
     def _gold(self) -> GoldResult:
         """The gold statement's effect, once per episode (the expected hash only when the task has no answer_md5)."""
-        from agentrl.envs.sql.agentbench import has_answer_md5
-
         if self._gold_result is None:
             self._gold_result = self._run_gold(not has_answer_md5(self._meta.get("answer_md5")))
         return self._gold_result
@@ -363,8 +357,6 @@ class SQLEnv:
     def _dependent_result(self, sel: Select) -> tuple[list, bool] | None:
         """The result ``sel``'s query gives on the initial table, when it depends on the table's data (it changes
         on at least one perturbed copy, and it is reproducible); None otherwise (agentrl.envs.sql.credit)."""
-        from agentrl.envs.sql.credit import VARIANTS, result_key
-
         base = self._rerun(sel.query, "base")
         if base is None or (sel.clean and result_key(base[0]) != result_key(sel.values)):
             return None
@@ -398,9 +390,6 @@ class SQLEnv:
 
     def _score(self, answer: str | None) -> dict[str, float]:
         """Return the episode's metrics (see the module docstring) for the final ``answer`` text."""
-        from agentrl.envs.sql.agentbench import compare_results, has_answer_md5, hash_answer, modify_correct
-        from agentrl.envs.sql.credit import closer_to_gold, progress
-
         label = self._meta.get("label") or []
         overlap = unscorable = 0.0
         self._notes = {}
@@ -449,8 +438,6 @@ def _table_rows(conn: sqlite3.Connection, table: dict) -> list[tuple]:
 
 
 def _jaccard(a: Counter, b: Counter) -> float:
-    from agentrl.envs.sql.credit import jaccard
-
     return jaccard(a, b)
 
 

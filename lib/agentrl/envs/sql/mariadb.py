@@ -44,6 +44,7 @@ import threading
 import weakref
 from collections import Counter
 
+from agentrl.envs.sql.credit import perturbed_tables
 from agentrl.envs.sql.dbbench import normalize_value
 from agentrl.envs.sql.env import GoldResult, SQLEnv
 from agentrl.envs.sql.mariadb_server import (
@@ -55,6 +56,7 @@ from agentrl.envs.sql.mariadb_server import (
     backtick,
     shared_server,
 )
+from agentrl.envs.sql.oracle import oracle_turns
 from agentrl.envs.sql.sandbox import SQLLimits
 
 ALLOWED = {"SELECT", "WITH", "VALUES", "TABLE", "(", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "INSERT", "UPDATE",
@@ -394,8 +396,6 @@ class MariaDBEnv(SQLEnv):
     def _variant(self, variant: str) -> str:
         """The database holding the ``variant`` copy of the initial table (agentrl.envs.sql.credit), created on
         first use and readable (only) by the episode's user; dropped with the episode."""
-        from agentrl.envs.sql.credit import perturbed_tables
-
         if variant not in self._variants:
             database = f"{self._database}_{variant}"
             self._server._create(database, perturbed_tables(self._meta["table"])[variant])
@@ -446,8 +446,6 @@ def gold_result(server: MariaDBServer, table: dict, gold: str, register=None, ca
 def oracle_plan(row: dict) -> list:
     """The oracle's turns on MariaDB: run the gold statement as written (MySQL; for a SELECT whose gold does not
     run, look at the table instead), then answer with the label values (SELECT) or "done"."""
-    from agentrl.envs.sql.oracle import oracle_turns
-
     meta = row.get("metadata") or {}
     table = meta["table"]
     query = meta.get("sql")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import secrets
 import shutil
@@ -338,7 +339,6 @@ def _die_with_parent():
     off the main thread: PR_SET_PDEATHSIG fires when the starting *thread* exits, and a pool thread may."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
 

@@ -19,7 +19,7 @@ import random
 import sqlite3
 
 from agentrl.envs.sql.dbbench import dbbench_row
-from agentrl.envs.sql.sandbox import quote
+from agentrl.envs.sql.sandbox import build_database, quote
 
 _FIRST = ["Anna", "Ben", "Carla", "David", "Elena", "Felix", "Grace", "Hugo", "Ines", "Jonas", "Karin", "Liam", "Maya",
           "Nils", "Olga", "Pablo", "Rosa", "Sam", "Tara", "Viktor", "Wendy", "Yusuf"]
@@ -136,8 +136,6 @@ def _lit(value: str) -> str:
 
 def _label(table: dict, query: str) -> list[str]:
     """Return the gold query's result on the table as DB Bench labels (text, one value per cell)."""
-    from agentrl.envs.sql.sandbox import build_database
-
     conn = build_database(table)
     try:
         rows = conn.execute(query).fetchall()

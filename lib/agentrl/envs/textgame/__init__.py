@@ -3,7 +3,15 @@ game (README.md beside this file)."""
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
+from agentrl.core.config import data_file
+from agentrl.core.io import read_jsonl
+from agentrl.envs import registry
 from agentrl.envs.registry import Environment
+from agentrl.envs.task import EnvSettings, Task
+from agentrl.envs.textgame.env import FOLDS, TextGameEnv, oracle_plan, require_java, textgame_score, textgame_tasks
 
 PROMPTS = {
     "textgame": (
@@ -13,55 +21,57 @@ PROMPTS = {
         "When the task is solved (or you give up), reply <answer>done</answer>."
     ),
 }
-SPLIT_FOLDS = {"train": "train", "eval": "dev", "heldout": "dev"}  # the generator keeps the folds disjoint
+SPLIT_FOLDS = {"train": "train", "validation": "test", "heldout": "dev"}  # the generator keeps the folds disjoint
+MAX_STEPS = 50  # actions a game allows when the settings give no budget
 
 
-def textgame_task(*, prompt: str | None = None, max_steps: int = 50):
+@dataclass
+class TextGameSettings(EnvSettings):
+    """The text game's settings ([eval.textgame], [grpo.textgame]): how many games each split generates (train-fold
+    seeds for training, test-fold seeds for validation, dev-fold seeds held out)."""
+
+    train: int = 20  # training games (train-fold seeds 0..)
+    validation: int = 0  # validation games (test-fold seeds 0..)
+    heldout: int = 20  # held-out games (dev-fold seeds 0..)
+
+
+def textgame_task(*, prompt: str | None = None, max_steps: int = MAX_STEPS, max_turns: int = 20):
     """Return the text-game Task over TextWorldExpress games from a per-process pool."""
-    import functools
-
-    from agentrl.envs import registry
-    from agentrl.envs.task import Task
-    from agentrl.envs.textgame.env import TextGameEnv, oracle_plan, require_java, textgame_score
-
     require_java()  # fail before the first item, naming the package to install
     prompt = prompt or "textgame"
     return Task(name=ENVIRONMENT.name, make_env=functools.partial(TextGameEnv, max_steps=max_steps),
                 system_prompt=registry.prompt(ENVIRONMENT, prompt, max_steps=max_steps), oracle_plan=oracle_plan,
-                score=textgame_score, config={"prompt": prompt, "max_steps": max_steps})
+                score=textgame_score, config={"prompt": prompt, "max_steps": max_steps}, max_turns=max_turns)
 
 
-def build(settings, preset: dict | None = None):
-    """Return the text-game Task (the prompt from ``settings``; a game allows 50 actions)."""
-    return textgame_task(prompt=settings.prompt)
+def build(settings: TextGameSettings, preset: dict | None = None):
+    """Return the text-game Task for ``settings`` (a game allows 50 actions unless max_tool_calls says otherwise)."""
+    return textgame_task(prompt=settings.prompt,
+                         max_steps=MAX_STEPS if settings.max_tool_calls is None else settings.max_tool_calls,
+                         max_turns=settings.max_turns or ENVIRONMENT.max_turns)
 
 
-def rows(split: str, source: str | None = None, n: int | None = None, preset: dict | None = None) -> list[dict]:
-    """Return ``n`` (default registry.GENERATED_ROWS) generated games of the split's fold (train: train seeds;
-    eval, heldout: dev seeds), or of the fold ``source`` names (train, dev, test); another ``source`` is a task-row
-    JSONL file."""
-    from agentrl.envs.textgame.env import FOLDS, textgame_tasks
-
-    if source is None or source in FOLDS:
-        from agentrl.envs.registry import GENERATED_ROWS
-
-        return textgame_tasks(source or SPLIT_FOLDS[split], GENERATED_ROWS if n is None else n)
-    from agentrl.core.config import data_file
-    from agentrl.core.io import read_jsonl
-
-    return read_jsonl(data_file(source), required=("id", "question", "metadata"))
+def rows(split: str, settings: TextGameSettings, preset: dict | None = None, source: str | None = None) -> list[dict]:
+    """Return generated games of ``split`` (``train`` train-fold seeds, ``validation`` test-fold, ``heldout``
+    dev-fold, as many as the settings say; ``all`` every split's); ``source`` names a fold (train, dev, test: the
+    split's number of its games) or a task-row JSONL file (its rows, whatever the split)."""
+    if source is not None and source not in FOLDS:
+        return read_jsonl(data_file(source), required=("id", "question", "metadata"))
+    if split == "all":
+        if source is not None:  # one fold: its games, once (as many as the largest split asks)
+            return textgame_tasks(source, max(settings.train, settings.validation, settings.heldout))
+        return [r for s in ("train", "validation", "heldout") for r in rows(s, settings, preset, source)]
+    n = {"train": settings.train, "validation": settings.validation, "heldout": settings.heldout}[split]
+    return textgame_tasks(source or SPLIT_FOLDS[split], n) if n else []
 
 
 def score(prediction, row, env) -> dict:
     """Return the game's metrics of the episode (agentrl.envs.textgame.env.textgame_score)."""
-    from agentrl.envs.textgame.env import textgame_score
-
     return textgame_score(prediction, row, env)
 
 
 ENVIRONMENT = Environment(
     name="textgame", summary="household text games (TextWorldExpress, JVM) with an act tool", build=build,
-    env_class="agentrl.envs.textgame.env:TextGameEnv", rows=rows, score=score, prompts=PROMPTS,
-    rewards={"game_score": 1.0, "format": 0.1}, reward_metrics={"game_score": "score"},
-    metrics=("score", "steps", "invalid_actions"), answer_scored=False, pooled=True, min_turns=20, demo_items=4,
-    folder=__name__)
+    env_class="agentrl.envs.textgame.env:TextGameEnv", rows=rows, score=score, settings=TextGameSettings,
+    prompts=PROMPTS, rewards={"game_score": 1.0, "format": 0.1}, reward_metrics={"game_score": "score"},
+    metrics=("score", "steps", "invalid_actions"), answer_scored=False, max_turns=20, demo_items=4, folder=__name__)

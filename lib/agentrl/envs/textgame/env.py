@@ -25,10 +25,12 @@ so each instance serves one episode at a time and concurrent episodes are safe.
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import weakref
 
+from agentrl.core.chat import Turn
 from agentrl.core.io import DataError
 from agentrl.envs.base import ToolError, row_metadata
 
@@ -181,10 +183,6 @@ def textgame_tasks(fold: str = "dev", n: int = 20, *, game: str = DEFAULT_GAME, 
 
 def oracle_plan(row: dict) -> list:
     """The oracle's turns for a text game: one ``act`` per gold action, then ``<answer>done</answer>``."""
-    import json
-
-    from agentrl.core.chat import Turn
-
     gold = (row.get("metadata") or {}).get("gold") or []
     turns = [Turn(tool_calls=[{"id": f"call_{i}", "name": "act", "arguments": json.dumps({"command": a})}])
              for i, a in enumerate(gold)]

@@ -1,0 +1,172 @@
+"""agentrl's GRPO trainer: TRL's ``GRPOTrainer`` with every override of a TRL internal agentrl makes, in one class.
+
+TRL's public hooks carry most of agentrl: reward functions (agentrl.rollout.rewards), callbacks (held-out evaluation,
+progress), ``environment_factory`` (the environments). Three things they cannot reach, each overridden here with the
+reason, and each method's signature pinned in :data:`OVERRIDES` (tests/test_trainers.py fails when the installed TRL
+changes one):
+
+- ``_tool_call_loop``: rollouts that run out of ``max_completion_length`` before answering. In TRL's tool loop the
+  budget covers the model's tokens and the tool results; a tool result that would overflow it is dropped and the
+  rollout ends on an unanswered call, so its answer reward is 0 for a reason the policy cannot learn from (cpu_smol's
+  256 tokens against search episodes of median 374: docs/results.md). Logged as ``tools/cut_by_length`` per step,
+  warned once above a quarter. A reward function sees the completions but would be logged and weighted as a reward;
+  a callback never sees them.
+- ``_generate_and_score_completions``: groups whose rewards are all equal (DAPO's dynamic-sampling remedy, without
+  resampling). Their advantages are zero, so they carry no gradient, but where the loss is normalised by the batch's
+  token count (``dapo``, ``bnpo``, ``cispo``, ``vespo``) their tokens dilute every other group's update: their
+  completion mask is zeroed and the token count reduced by theirs; ``groups/skipped`` and ``groups/total`` are logged.
+  Under the per-sequence losses (``grpo``, ``dr_grpo``, ``sapo``, ``luspo``) masking changes nothing, so it is not
+  done (one line says so). Only this method holds the advantages and the masks together.
+- ``_calculate_rewards``: each task family's weighted total reward and headline success (``<family>/reward``,
+  ``<family>/success``: a mixture's per family; one family's otherwise). The rewards of one function reach a reward
+  function, never the weighted total.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+
+from agentrl.envs import registry
+from agentrl.rollout.rewards import episode_metrics
+
+log = logging.getLogger(__name__)
+
+WARN_SHARE = 0.25  # above this share of cut rollouts a step's reward mostly measures the budget
+MASKED_LOSSES = ("dapo", "bnpo", "cispo", "vespo")  # losses normalised by the batch's token count (TRL 1.14)
+# the overridden methods' signatures in the pinned TRL (1.14.2)
+OVERRIDES = {
+    "_tool_call_loop": "(self, prompts, prompt_ids, completion_ids, completions, logprobs, images, multimodal_fields)",
+    "_generate_and_score_completions": "(self, inputs: list[dict[str, torch.Tensor | typing.Any]]) -> "
+                                       "dict[str, torch.Tensor | typing.Any]",
+    "_calculate_rewards": "(self, inputs, prompts, completions, completion_ids_list)",
+}
+
+
+def cut_by_length(completion: list[dict], max_iterations: int | None) -> bool:
+    """Return True when a rollout (its completion messages) ended on a tool call that was never answered while tool
+    iterations were left: TRL's overlong case. Ending on a call after ``max_iterations`` tool rounds is the
+    iteration limit instead, not counted."""
+    if not completion or completion[-1].get("role") != "assistant" or not completion[-1].get("tool_calls"):
+        return False
+    rounds = sum(1 for m in completion if m.get("role") == "assistant" and m.get("tool_calls"))
+    return max_iterations is None or rounds <= max_iterations
+
+
+def budget_note(completions: list[list[dict]], max_iterations: int | None, budget: int) -> tuple[float, str | None]:
+    """Return the share of ``completions`` cut by the completion budget (:func:`cut_by_length`) and, above
+    ``WARN_SHARE``, the warning that says so (None below it)."""
+    cut = sum(cut_by_length(c, max_iterations) for c in completions)
+    share = cut / max(len(completions), 1)
+    if share <= WARN_SHARE:
+        return share, None
+    return share, (f"GRPO: {cut} of {len(completions)} rollouts ran out of max_completion_length = {budget} before "
+                   "answering (tool results count towards it; the answer reward is 0 for them): raise "
+                   "[grpo].max_completion_length")
+
+
+def equal_groups(advantages, num_generations: int):
+    """Return a bool tensor, one per group of ``num_generations`` consecutive completions: True where every
+    advantage is zero (all rewards equal; unscorable completions have advantage 0 too)."""
+    import torch
+
+    grouped = advantages.view(-1, num_generations)
+    return torch.isclose(grouped, torch.zeros_like(grouped)).all(dim=1)
+
+
+def family_summary(families: list, rewards: list[float], successes: list) -> dict[str, float]:
+    """Return ``{"<family>/reward": mean total reward, "<family>/success": mean headline success}`` over the
+    rollouts of each family in a batch (rollouts without a reward, NaN, or without a success, None, left out)."""
+    out: dict[str, float] = {}
+    for family in sorted({f for f in families if f}):
+        got = [r for f, r in zip(families, rewards, strict=True) if f == family and not math.isnan(r)]
+        won = [float(s) for f, s in zip(families, successes, strict=True) if f == family and s is not None]
+        if got:
+            out[f"{family}/reward"] = sum(got) / len(got)
+        if won:
+            out[f"{family}/success"] = sum(won) / len(won)
+    return out
+
+
+class AgentGRPOTrainer:
+    """The overrides (module docstring); combined with the GRPOTrainer TRL exports when training starts
+    (:func:`grpo_trainer_class`). Reads the run's settings from ``self.args.agentrl``."""
+
+    _budget_warned = False
+
+    def _tool_call_loop(self, *args, **kwargs):
+        out = super()._tool_call_loop(*args, **kwargs)
+        share, warning = budget_note(out[1], self.max_tool_calling_iterations, self.max_completion_length)
+        self._metrics["train" if self.model.training else "eval"]["tools/cut_by_length"].append(share)
+        if warning and not self._budget_warned:
+            self._budget_warned = True  # once per run: a notebook session may train several
+            log.warning(warning)
+        return out
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        settings = getattr(self.args, "agentrl", None)
+        if settings is None or not settings.skip_equal_groups or self.loss_type not in MASKED_LOSSES:
+            return output
+        adv = output["advantages"]
+        n = self.num_generations if self.model.training else self.num_generations_eval or self.num_generations
+        if adv.dim() != 1 or adv.numel() % n:
+            return output  # groups split across processes: nothing is skipped (logged as 0 below)
+        skip = equal_groups(adv, n)
+        rows = skip.repeat_interleave(n)
+        mask = output["completion_mask"]
+        loss_mask = mask if "tool_mask" not in output else mask * output["tool_mask"]
+        removed = loss_mask[rows].sum()
+        output["completion_mask"] = mask * (~rows).unsqueeze(1).to(mask.dtype)
+        output["num_items_in_batch"] = output["num_items_in_batch"] - self.accelerator.gather(removed).sum()
+        # straight into this batch's metrics (TRL flushes _log_metric's values inside the call above)
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["groups/skipped"].append(float(self.accelerator.gather(skip.sum()).sum()))
+        self._metrics[mode]["groups/total"].append(float(self.accelerator.gather(_count(skip)).sum()))
+        return output
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        import torch
+
+        per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        start = self.accelerator.process_index * len(prompts)  # gathered over processes: take ours
+        local = per_func[start:start + len(prompts)]
+        total = (local * self.reward_weights.to(local.device).unsqueeze(0)).nansum(dim=1)
+        total[torch.isnan(local).all(dim=1)] = torch.nan  # no reward scored it: TRL leaves it out too
+        envs = self.environments or [None] * len(inputs)
+        success = []
+        for c, e, x in zip(completions, envs, inputs, strict=True):
+            family, metrics = episode_metrics(c, e, x.get("golden_answers"), x.get("env"))
+            success.append(None if metrics is None else metrics.get(registry.get(family).success))
+        for key, value in family_summary([x.get("env") for x in inputs], total.tolist(), success).items():
+            self._log_metric(key, value)
+        return per_func
+
+
+def _count(t):
+    """Return ``t.numel()`` as a one-element tensor on ``t``'s device (for a gather across processes)."""
+    import torch
+
+    return torch.tensor(t.numel(), device=t.device)
+
+
+@functools.cache
+def grpo_trainer_class(base: type) -> type:
+    """Return AgentGRPOTrainer over ``base``, the GRPOTrainer TRL exports when training starts (Unsloth's patched one
+    once unsloth is imported: it replaces TRL's class)."""
+    return type("AgentGRPOTrainer", (AgentGRPOTrainer, base), {"__module__": __name__,
+                                                               "__doc__": AgentGRPOTrainer.__doc__})
+
+
+def make_grpo_trainer(args, **kwargs):
+    """Return agentrl's GRPO trainer for TRL config ``args`` (agentrl.train.configs.trl_args) and TRL's other
+    GRPOTrainer arguments; says in one line when skipping equal groups cannot change this loss."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl import GRPOTrainer
+
+    if args.agentrl.skip_equal_groups and args.loss_type not in MASKED_LOSSES:
+        print(f"skip_equal_groups: not applied with loss_type {args.loss_type!r} (a per-sequence loss: equal-reward "
+              "groups carry no gradient and masking them changes nothing)")
+    return grpo_trainer_class(GRPOTrainer)(args=args, **kwargs)
