@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HOTPOT = ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl"
 SCRIPTED = ROOT / "tests" / "scripted_endpoint.py"  # a scripted OpenAI-compatible server (a test fixture)
 DBBENCH = ROOT / "data" / "samples" / "dbbench_dev.jsonl"
+UNSLOTH_MISSING = ("unsloth is not installed (.ci/run installs it: uv pip install --no-deps unsloth==2026.10.9 "
+                   "unsloth_zoo==2026.10.9)")
 
 
 # fixtures that train a model first (minutes on 2 cores): a test taking one is in the slow tier however short it is

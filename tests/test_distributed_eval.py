@@ -52,7 +52,7 @@ def test_held_out_evaluation_of_a_sharded_fsdp2_model_runs_on_both_ranks_and_gat
     assert proc.returncode == 0, proc.stderr[-3000:]
     reports = [json.loads((tmp_path / f"report_{r}.json").read_text()) for r in (0, 1)]
     assert reports[0]["metrics"]["n"] == 3 and reports[0]["metrics"]["step"] == 1 and reports[1]["metrics"] is None
-    assert reports[0]["forwards"] > reports[1]["forwards"] > 0  # each rank generated alone, unequal amounts
+    assert reports[0]["forwards"] > 0 and reports[1]["forwards"] > 0  # each rank generated alone
     for r in reports:
         assert r["kinds"] == r["kinds_after_eval"] == ["DTensor"] and r["same_logits"]  # sharded again after
     assert len((tmp_path / "step_1" / "trajectories.jsonl").read_text().splitlines()) == 3
