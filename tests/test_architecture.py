@@ -141,3 +141,11 @@ def test_each_environment_folder_has_a_readme_naming_its_splits_tools_rewards_an
             assert f"`{tool}" in readme, (name, tool)
         for reward in spec.rewards:
             assert f"`{reward}`" in readme, (name, reward)
+
+
+def test_the_colab_setup_imports_with_the_standard_library_alone():
+    """The setup cell imports agentrl.colab from a clone or the bundle wheel before anything is installed."""
+    code = (f"import sys; sys.path.insert(0, {str(LIB.parent)!r}); import agentrl.colab; "
+            "print(sorted(m for m in sys.modules if m.startswith('agentrl')))")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True)  # -S: no site-packages
+    assert proc.returncode == 0, proc.stderr[-2000:]

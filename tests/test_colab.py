@@ -335,6 +335,25 @@ def test_a_uv_too_old_for_the_cuda_12_command_is_not_used(venv, tmp_path):
     (old / "uv").chmod(0o755)
     found = _in_venv(python, "from agentrl import colab; print(colab.find_uv())", PATH=f"{old}:/usr/bin:/bin")
     assert found.returncode == 0 and found.stdout.strip() == "None", found.stderr
+    (old / "uv").write_text("#!/bin/sh\necho 'uv 0.9.7'\n")  # the last uv without --excludes (0.9.8)
+    found = _in_venv(python, "from agentrl import colab; print(colab.find_uv())", PATH=f"{old}:/usr/bin:/bin")
+    assert found.returncode == 0 and found.stdout.strip() == "None", found.stderr
+
+
+def test_the_install_runs_without_the_machines_uv_constraints_and_says_so(tmp_path, monkeypatch, capsys):
+    """Colab exports UV_CONSTRAINT / UV_BUILD_CONSTRAINT for every uv call; the setup's one pinned install is run
+    without them (a real process prints the environment it got)."""
+    from agentrl import colab
+
+    monkeypatch.setenv("UV_CONSTRAINT", str(tmp_path / "c.txt"))
+    monkeypatch.setenv("UV_BUILD_CONSTRAINT", str(tmp_path / "b.txt"))
+    seen = tmp_path / "env.json"
+    colab.install_and_check([sys.executable, "-c", f"import json, os; json.dump(dict(os.environ), open({str(seen)!r}, "
+                                                   "'w'))"])
+    env = json.loads(seen.read_text())
+    assert "UV_CONSTRAINT" not in env and "UV_BUILD_CONSTRAINT" not in env and "PATH" in env
+    out = capsys.readouterr().out
+    assert "UV_CONSTRAINT=" in out and "is not applied to this install" in out
 
 
 @pytest.mark.skipif(not Path("/usr/lib/python3").is_dir() or subprocess.run(
@@ -425,13 +444,14 @@ def test_a_fresh_clone_exports_notebooks_whose_setup_cell_clones_the_origin_and_
     wheel = next(bundle.glob("agentrl-*.whl"))
     assert (bundle / "configs" / "colab_qwen3_4b.toml").is_file()
     assert (bundle / "data" / "samples" / "hotpotqa_dev_200.jsonl").is_file()
-    # the cell imports agentrl.colab from the wheel before anything is installed; on a GPU it installs the wheel
-    # and the pins in one call
+    # the cell imports agentrl.colab from the wheel on sys.path before anything is installed (-S: no site-packages,
+    # as on a machine without agentrl); the setup's own decision installs the wheel and the pins in one call, although
+    # importlib.metadata finds the wheel's dist-info on sys.path
     probe = (f"import sys; sys.path.insert(0, {str(wheel)!r}); from agentrl import colab; "
              "from agentrl.train import gpu_plan; "
              "g = gpu_plan.GPU('Tesla T4', '580.82.07', (7, 5), 15360); "
-             f"print(colab.decide([g], have_agentrl=False, wheel={str(wheel)!r}).install)")
-    got = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60)
+             f"d, w = colab.setup_decision([g], {str(out)!r}); print(d.install, w)")
+    got = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60)
     assert got.returncode == 0, got.stderr
     assert str(wheel) in got.stdout and "vllm==0.30.0" in got.stdout and "-e" not in got.stdout
 

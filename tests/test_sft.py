@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -209,3 +210,23 @@ def test_unsloth_backend_trains_checks_and_merges_on_its_cpu_path(tmp_path, sft_
     assert manifest["backend"] == "unsloth" and "UNSLOTH_FORCE_CPU" in manifest["backend_reason"]
     assert (out / "adapter" / "adapter_config.json").exists()
     assert (out / "merged" / "config.json").exists() and list((out / "merged").glob("*.safetensors"))
+
+
+def test_the_cli_trains_with_its_progress_line_where_ipython_is_not_installed(tmp_path, sft_data, tiny_model):
+    """A rented GPU box runs the CLI without IPython (not a runtime dependency): the run trains and shows the
+    terminal line. A sitecustomize makes ``import IPython`` fail in the subprocess, as on such a machine."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text("import sys\nsys.modules['IPython'] = None  # not installed\n")
+    preset = tmp_path / "p.toml"
+    preset.write_text(f'[sft]\nname = "noipy"\ndata = "{sft_data}"\nmax_steps = 2\nper_device_train_batch_size = 2\n'
+                      'optim = "adamw_torch"\ngradient_checkpointing = false\nmax_length = 2048\nreport_to = []\n'
+                      f'check_questions = 0\nlogging_steps = 1\n[sft.model]\nname = "{tiny_model}"\n'
+                      'backend = "transformers"\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", "import IPython"], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0  # the machine this test stands for
+    proc = subprocess.run([sys.executable, "-m", "agentrl.cli", "sft", "--config", str(preset)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "SFT noipy: step 2/2" in proc.stdout + proc.stderr
+    assert (tmp_path / "runs" / "sft" / "noipy" / "adapter" / "adapter_config.json").is_file()

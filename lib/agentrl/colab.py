@@ -62,7 +62,11 @@ from agentrl.train.gpu_stack import (
     installed_state,
 )
 
-UV_PIN = "uv>=0.9,<1"  # --torch-backend cu129 needs uv >= 0.8.13
+UV_FLOOR = (0, 9, 8)  # the oldest uv with every flag the setup passes: --excludes came in 0.9.8 (astral-sh/uv #16528)
+UV_PIN = f"uv>={'.'.join(map(str, UV_FLOOR))},<1"
+# constraints the machine's environment sets for every uv call (Colab exports both: colabtools #5237); the setup
+# installs a stack pinned as a whole, which another set of constraints would refuse or bend
+UV_CONSTRAINTS = ("UV_CONSTRAINT", "UV_BUILD_CONSTRAINT")
 BUNDLE = "agentrl_bundle"
 DEFAULT_REF = "main"
 BREAK_SYSTEM = "AGENTRL_BREAK_SYSTEM_PACKAGES"
@@ -127,13 +131,13 @@ def _works(cmd: list[str]) -> bool:
 
 
 def _recent_uv(cmd: list[str]) -> bool:
-    """True when ``cmd --version`` runs a uv of at least UV_PIN's floor (--torch-backend cu129 needs 0.8.13)."""
+    """True when ``cmd --version`` runs a uv of at least UV_FLOOR (every flag the setup passes)."""
     try:
         out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return False
-    m = re.match(r"uv (\d+)\.(\d+)", out.stdout.strip())
-    return out.returncode == 0 and m is not None and (int(m.group(1)), int(m.group(2))) >= (0, 9)
+    m = re.match(r"uv (\d+)\.(\d+)(?:\.(\d+))?", out.stdout.strip())
+    return out.returncode == 0 and m is not None and tuple(int(g or 0) for g in m.groups()) >= UV_FLOOR
 
 
 def find_uv() -> list[str] | None:
@@ -200,7 +204,11 @@ def install_and_check(cmd: list[str], verify=None) -> None:
     """Run the install command ``cmd``; then ``verify()`` (it raises SystemExit when the install did not leave what
     was asked for); raise RestartRequired when the install replaced a package this process imported."""
     before = imported_versions()
-    subprocess.run(cmd, check=True)
+    env = {k: v for k, v in os.environ.items() if k not in UV_CONSTRAINTS}
+    for name in UV_CONSTRAINTS:
+        if name in os.environ:
+            print(f"agentrl setup: {name}={os.environ[name]} is not applied to this install (its pins are one stack)")
+    subprocess.run(cmd, check=True, env=env)
     if verify is not None:
         verify()
     changed = replaced_since(before)
@@ -277,18 +285,23 @@ def verify_builds(d: Decision):
     return verify
 
 
+def setup_decision(gpus: list, notebook_dir: str | Path = ".") -> tuple[Decision, Path | None]:
+    """Return the setup's decision for ``gpus`` and the bundle's wheel next to the notebook (None without one): the
+    wheel the setup cell put on ``sys.path`` (the last by name) is installed unless agentrl is installed for real."""
+    bundle = Path(notebook_dir).resolve() / BUNDLE
+    wheels = sorted(bundle.glob("agentrl-*.whl")) if bundle.is_dir() else []
+    wheel = wheels[-1] if wheels else None
+    d = decide(gpus, have_agentrl=_installed("agentrl"), repo=None if wheel is not None else REPO, wheel=wheel,
+               stack=os.environ.get("AGENTRL_GPU_STACK", "auto"), vllm=os.environ.get("AGENTRL_VLLM", "1") != "0")
+    return d, wheel
+
+
 def run_setup(notebook_dir: str | Path = ".", git_url: str = "", ref: str = DEFAULT_REF) -> dict:
     """The setup cell's work (after the code is found): decide, install in one call; return
     ``{"installed": [...], "workdir": path}``, or raise RestartRequired when the install replaced an imported
     package, SystemExit when no stack runs on the driver, the install left another build, or this Python cannot be
     installed into."""
-    gpus = query_gpus()
-    bundle = Path(notebook_dir).resolve() / BUNDLE
-    wheel = next(iter(sorted(bundle.glob("agentrl-*.whl"))), None) if bundle.is_dir() else None
-    repo = None if wheel is not None else REPO
-    have = _installed("agentrl")  # a distribution, not just the clone on sys.path
-    d = decide(gpus, have_agentrl=have, repo=repo, wheel=wheel, stack=os.environ.get("AGENTRL_GPU_STACK", "auto"),
-               vllm=os.environ.get("AGENTRL_VLLM", "1") != "0")
+    d, wheel = setup_decision(query_gpus(), notebook_dir)
     for note in d.notes:
         print(f"agentrl setup: {note}")
     if d.stop:
@@ -304,8 +317,7 @@ def run_setup(notebook_dir: str | Path = ".", git_url: str = "", ref: str = DEFA
         print("agentrl setup:", " ".join(cmd))
         install_and_check(cmd, verify_builds(d))
         print("agentrl setup: done, no restart needed")
-    workdir = bundle if wheel is not None else repo
-    return {"installed": d.install, "workdir": str(workdir)}
+    return {"installed": d.install, "workdir": str(wheel.parent if wheel is not None else REPO)}
 
 
 def excludes_path() -> Path:
@@ -353,7 +365,9 @@ def _version(name: str) -> str | None:
 
 
 def _installed(name: str) -> bool:
-    return _version(name) is not None
+    """Return True when distribution ``name`` is installed: on disk, not a wheel the setup cell put on ``sys.path``
+    (importlib.metadata finds the dist-info inside that zip too, and would skip installing it and its dependencies)."""
+    return any(Path(str(d.locate_file(""))).is_dir() for d in metadata.distributions(name=name))
 
 SETUP = '''# agentrl setup (added by scripts/export_to_ipynb.sh): finds or fetches the code (this checkout, an
 # agentrl_bundle/ next to the notebook, or a git clone), then on a GPU machine installs the pinned GPU stack built
@@ -479,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="without vLLM (as AGENTRL_VLLM=0)")
     pl.add_argument("--python", default=sys.executable, help="the interpreter to install into (default: this one)")
     c = sub.add_parser("check-pins", help="resolve every stack whose wheels come from PyPI with uv pip compile "
-                                          "(Python 3.12, linux x86_64)")
+                                          "(Python 3.12 and 3.13, linux x86_64)")
     c.add_argument("--stack", action="append", choices=ALL_STACKS, help="only this stack (repeatable)")
     sub.add_parser("setup", help="what the setup cell does, in this interpreter")
     args = ap.parse_args(argv)

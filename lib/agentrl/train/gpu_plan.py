@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agentrl.core.io import DataError
-from agentrl.train.models import adapter_rank
 
 GIB = 1024**3
 
@@ -120,6 +119,13 @@ def resolve_card(requested: str | None) -> str | None:
     if requested not in CARDS:
         raise DataError(f"--gpu {requested}: unknown GPU class (choose from {', '.join(CARDS)}, auto, none)")
     return requested
+
+
+def adapter_rank(adapter: str | None) -> int | None:
+    """Return the LoRA rank ``r`` saved in ``adapter/adapter_config.json``, or None without an adapter."""
+    if adapter is None:
+        return None
+    return int(json.loads((Path(adapter) / "adapter_config.json").read_text()).get("r") or 0) or None
 
 
 @dataclass(frozen=True)

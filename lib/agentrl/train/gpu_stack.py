@@ -270,15 +270,21 @@ def check_resolution(stack: Stack | None, resolved: dict[str, str], excludes: tu
 ALL_STACKS = (*STACKS, "none")  # check-pins' default: each PyPI stack resolved, the others say where they live
 
 
-def check_pins(names=ALL_STACKS, repo: str | Path | None = None, python_version: str = "3.12") -> list[str]:
+# the Pythons the setup installs into: Colab's runtime is 3.13 since 2026-08-25 (googlecolab/colabtools #6081; 3.12
+# remains as runtime versions 26.07 / 26.04), rented images mostly 3.12
+PYTHONS = ("3.12", "3.13")
+
+
+def check_pins(names=ALL_STACKS, repo: str | Path | None = None, pythons: tuple[str, ...] = PYTHONS) -> list[str]:
     """Resolve each stack in ``names`` whose wheels all come from PyPI with this repository as the setup cell installs
-    it (``uv pip compile`` for linux x86_64, Python ``python_version``; ``none``: agentrl + bitsandbytes), in parallel;
-    return one summary line per stack (a stack with builds on other indexes says so), or raise SystemExit naming
-    every stack that does not resolve or resolves to other versions, another CUDA runtime, or (CUDA 12 stacks) any
-    CUDA 13 package."""
+    it (``uv pip compile`` for linux x86_64, each Python of ``pythons``; ``none``: agentrl + bitsandbytes), in
+    parallel; return one summary line per stack and Python (a stack with builds on other indexes says so), or raise
+    SystemExit naming every stack that does not resolve or resolves to other versions, another CUDA runtime, or
+    (CUDA 12 stacks) any CUDA 13 package."""
     own = ["-e", str(Path(repo or REPO))]
 
-    def one(name: str) -> str:
+    def one(job: tuple[str, str]) -> str:
+        name, python_version = job
         stack = STACKS.get(name)
         if stack is not None and not stack.pypi_only:
             return (f"{name}: not resolvable here ({stack.torch_backend} torch and vLLM builds live on PyTorch's and "
@@ -287,19 +293,21 @@ def check_pins(names=ALL_STACKS, repo: str | Path | None = None, python_version:
         try:
             resolved = resolve(own + pins, excludes=EXCLUDES, python_version=python_version)
         except SystemExit as exc:
-            return f"FAIL {name}: {exc}"
+            return f"FAIL {name} (Python {python_version}): {exc}"
         problems = check_resolution(stack, resolved, EXCLUDES)
         if problems:
-            return f"FAIL {name}: {'; '.join(problems)}"
-        cuda = f" (CUDA {stack.cuda[0]}.{stack.cuda[1]} runtime)" if stack else ""
+            return f"FAIL {name} (Python {python_version}): {'; '.join(problems)}"
+        cuda = f", CUDA {stack.cuda[0]}.{stack.cuda[1]} runtime" if stack else ""
         keys = stack.pins if stack else BNB
-        return f"{name} resolves{cuda}: " + ", ".join(f"{k} {resolved[k.replace('_', '-')]}" for k in keys)
+        return (f"{name} resolves (Python {python_version}{cuda}): "
+                + ", ".join(f"{k} {resolved[k.replace('_', '-')]}" for k in keys))
 
     unknown = [n for n in names if n not in STACKS and n != "none"]
     if unknown:
         raise SystemExit(f"check-pins: unknown stack {unknown[0]!r} (choose from {', '.join([*STACKS, 'none'])})")
-    with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        lines = list(pool.map(one, names))
+    jobs = [(n, v) for n in names for v in (pythons if n not in STACKS or STACKS[n].pypi_only else pythons[:1])]
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        lines = list(pool.map(one, jobs))
     failed = [line for line in lines if line.startswith("FAIL ")]
     if failed:
         raise SystemExit("the pinned GPU stacks do not all resolve:\n" + "\n".join(failed))

@@ -14,7 +14,6 @@ The choice and the reason are returned so they reach the manifest.
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import sys
@@ -28,6 +27,7 @@ from agentrl.core.device import cuda_dtype, cuda_native_bf16
 from agentrl.core.io import DataError
 from agentrl.rollout.local import load_tokenizer
 from agentrl.train.checkpoints import distributed_launch, fsdp, fsdp_activation_checkpointing
+from agentrl.train.gpu_plan import adapter_rank
 from agentrl.train.tiny import ensure_tiny_model
 
 log = logging.getLogger(__name__)
@@ -173,14 +173,6 @@ def check_fast_inference(cfg: ModelConfig, backend: str) -> None:
         raise DataError("grpo.model.fast_inference = true cannot run under FSDP (Unsloth's colocated vLLM is "
                         "single-process): launch without FSDP, or use backend = \"transformers\" with TRL's vLLM "
                         "(use_vllm = true, vllm_mode = \"server\" on separate GPUs; docs/scaling.md)")
-
-
-def adapter_rank(adapter: str | None) -> int | None:
-    """Return the LoRA rank ``r`` saved in ``adapter/adapter_config.json``, or None without an adapter."""
-    if adapter is None:
-        return None
-
-    return int(json.loads((Path(adapter) / "adapter_config.json").read_text()).get("r") or 0) or None
 
 
 # transformers' bitsandbytes optimisers of the AdamW family: torch's AdamW trains the same without the 8-bit state

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from agentrl.core.progress import Progress
 
+REPLACED = ("PrinterCallback", "ProgressCallback", "NotebookProgressCallback")  # transformers' printing callbacks
+
 
 def _callback_base():
     from transformers import TrainerCallback
@@ -95,11 +97,11 @@ def tensorboard_writers(trainer) -> list[tuple[object, bool]]:
 def attach_progress(trainer, title: str, out: Path, *, shown: tuple[str, ...], chart: tuple[str, ...]):
     """Replace transformers' printing/progress callbacks on ``trainer`` with a LiveProgress writing
     ``out/log.jsonl``; return it (its ``record`` logs extra numbers)."""
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from transformers.utils.notebook import NotebookProgressCallback
-
-    for cb in (PrinterCallback, ProgressCallback, NotebookProgressCallback):
-        trainer.remove_callback(cb)
+    # by name: transformers.utils.notebook imports IPython at its top, which a rented GPU box running the CLI lacks
+    # (the Trainer adds its NotebookProgressCallback only inside a notebook, where IPython is there)
+    for cb in list(trainer.callback_handler.callbacks):
+        if type(cb).__name__ in REPLACED:
+            trainer.remove_callback(cb)
     live = live_progress(title, Path(out) / "log.jsonl", shown=shown, chart=chart)
     live.trainer = trainer
     trainer.add_callback(live)
