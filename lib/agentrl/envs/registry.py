@@ -61,6 +61,12 @@ class Environment:
     mixture_note: str = ""  # added to a mixture's system prompt when this env takes part
     metrics_note: str = ""  # how to read its metrics side by side (shown under an evaluation's table)
     folder: str | None = None  # where its README lives
+    families: Callable[[Any], tuple[str, ...]] | None = None  # settings -> the envs its episodes come from (a mixture)
+
+    def families_of(self, settings) -> tuple[str, ...]:
+        """Return the task families of this environment's episodes under ``settings``: its own name, or what
+        ``families`` says for an environment made of others."""
+        return tuple(self.families(settings)) if self.families is not None else (self.name,)
 
 
 _LOADED: dict[str, Environment] = {}

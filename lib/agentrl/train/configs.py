@@ -186,7 +186,7 @@ class GRPOSettings(TRLSettings):
         """Return the configured reward names, each checked: known (generic, an environment's own, or ``judge`` with
         a judge table) and able to score this run's episodes; SettingError naming the reward otherwise."""
         known = reward_registry()
-        families = getattr(self.env_settings, "mixture", None) or [self.env]
+        families = registry.get(self.env).families_of(self.env_settings)
         where = f"{self.env}.rewards"
         for name in self.rewards:
             if name == "judge":

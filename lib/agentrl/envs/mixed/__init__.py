@@ -53,4 +53,4 @@ ENVIRONMENT = Environment(
     name="mixed", summary="several environments in one GRPO run, each row in its own family's environment",
     build=build, rows=rows, score=score, settings=MixedSettings, prompts=PROMPTS,
     rewards={"task_success": 1.0, "format": 0.1}, env_class="agentrl.envs.mixed.env:MixedEnv", evaluable=False,
-    folder=__name__)
+    families=lambda settings: tuple(settings.mixture), folder=__name__)
