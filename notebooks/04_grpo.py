@@ -12,6 +12,7 @@ with app.setup:
     from agentrl.app.viewer import chat_markdown
     from agentrl.envs.base import tool_methods
     from agentrl.train import grpo
+    from agentrl.train.gpu_plan import adapter_rank
     from agentrl.train.grpo_report import print_grpo_summary, reward_chart
 
     nb.use_repo_root()
@@ -186,7 +187,7 @@ def _(only, picked_runs):
 
 @app.cell
 def _(result, settings):
-    _rank = nb.adapter_rank(result.out / "adapter", settings.model.lora.rank)
+    _rank = adapter_rank(str(result.out / "adapter")) or settings.model.lora.rank
     mo.md(f"""
     ## 7 · Save
     The adapter is in `{result.out / "adapter"}` (LoRA r {_rank}). Serve it with

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The GPU path end to end on a bare machine with one NVIDIA GPU, within 20 minutes on an H100 (configs/gpu_smoke.toml,
+# The GPU path end to end on a bare machine with one NVIDIA GPU, within 35 minutes on an H100 (configs/gpu_smoke.toml,
 # shaped like colab_qwen3_4b on a T4 whatever the card, and configs/gpu_smoke_trl.toml):
-#   env       its own fresh Python 3.12 environment made with uv (runs/gpu_smoke/venv; uv >= 0.9 installed under
+#   env       its own fresh Python 3.12 environment made with uv (runs/gpu_smoke/venv; uv >= 0.9.8 installed under
 #             runs/gpu_smoke/uv when the machine has none)
 #   install   the notebooks exported with --bundle and their setup cell run headless in that environment: the GPU
 #             stack for this driver (python -m agentrl.colab plan shows which) and agentrl in one uv call; then every
 #             exported notebook's setup cell again, which must find everything installed
+#   measure   agentrl gpu-plan --measure: 3 SFT and 2 GRPO steps with random weights of the preset's model on this
+#             card, measured peak memory and step time against the plan (before any weights are downloaded)
 #   data      corpus + hybrid index (MiniLM, bundled HotpotQA sample), oracle trajectories, curated SFT data
 #   sft       20 Unsloth QLoRA steps (4-bit) on Qwen/Qwen3-0.6B with the detected card's [gpu.<CARD>] table, merged
 #             16-bit model (checkpoint at step 10)
@@ -15,16 +17,17 @@
 #   grpo-trl  2 GRPO steps on the transformers backend with TRL's colocated vLLM (16-bit)
 #   serve     the base model with the SFT adapter behind the environment's vLLM OpenAI server (LoRA rank 64, hermes)
 #   eval      the agent over HTTP on 20 held-out questions against that server
-# and prints one PASS/FAIL/TIMEOUT table with the total time (exit 1 when a step fails). Every step has a time limit
-# (seconds below) and the whole run a deadline of SMOKE_TOTAL seconds (default 1200): a step gets the smaller of its
-# limit and the time left, is killed when it runs over and shows as TIMEOUT; later steps are skipped. The limits are
-# budgets, not measurements (no GPU was lent to this project's CI). CPU CI covers the configs, the install plans,
-# the memory estimate and Unsloth's CPU backend (docs/colab.md).
+# and prints one PASS/FAIL/TIMEOUT table with the total time (exit 1 when a step fails; a failed step's line says
+# what to do). Every step has a time limit (seconds below) and the whole run a deadline of SMOKE_TOTAL seconds
+# (default 2100): a step gets the smaller of its limit and the time left, is killed when it runs over and shows as
+# TIMEOUT; later steps are skipped. The limits are budgets for one H100, not measurements (no GPU has run this
+# script yet); the assumption behind each is next to it below. CPU CI covers the configs, the install plans, the
+# memory estimate, `gpu-plan --measure` at tiny shapes and Unsloth's CPU backend (docs/colab.md).
 #
 #   scripts/gpu_smoke.sh              # run it
 #   scripts/gpu_smoke.sh --dry-run    # print the plan with each step's time limit, run nothing
 #   SMOKE_PYTHON=~/venv/bin/python    # use this Python (>= 3.11, its vllm next to it) instead of making one
-#   SMOKE_PORT=8011 SMOKE_TOTAL=1200 AGENTRL_GPU_STACK=cu128 scripts/gpu_smoke.sh
+#   SMOKE_PORT=8011 SMOKE_TOTAL=2100 AGENTRL_GPU_STACK=cu128 scripts/gpu_smoke.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +35,7 @@ dry=0
 for arg in "$@"; do
   case "$arg" in
     --dry-run) dry=1 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "error: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -43,7 +46,7 @@ py="${SMOKE_PYTHON:-$venv/bin/python}"
 case "$py" in /*) ;; */*) py="$PWD/$py" ;; *) py="$(command -v "$py" || echo "$PWD/$py")" ;; esac  # absolute
 bin_dir="$(dirname "$py")"  # the environment's own vllm is there, whatever is on PATH
 port="${SMOKE_PORT:-8011}"
-total="${SMOKE_TOTAL:-1200}"
+total="${SMOKE_TOTAL:-2100}"
 preset=configs/gpu_smoke.toml
 trl_preset=configs/gpu_smoke_trl.toml
 adapter=runs/sft/gpu-smoke/adapter
@@ -53,10 +56,33 @@ cli=("$py" -m agentrl.cli)
 export UNSLOTH_AUTO_INSTALL=0 TOKENIZERS_PARALLELISM=false
 case "$total" in ''|*[!0-9]*) echo "error: SMOKE_TOTAL must be a number of seconds (got '$total')" >&2; exit 2 ;; esac
 
-steps=(env install data sft grpo resume grpo-trl serve eval)
-# per-step limits in seconds; they add up to the 20-minute deadline
-declare -A limit=([env]=45 [install]=375 [data]=90 [sft]=120 [grpo]=150 [resume]=120 [grpo-trl]=120 [serve]=120
-                  [eval]=60)
+steps=(env install measure data sft grpo resume grpo-trl serve eval)
+# per-step limits in seconds for one H100, each an assumption until a GPU run measures it; they add up to the deadline
+declare -A limit=(
+  [env]=60        # uv venv: seconds; installing uv itself: one 40 MB download
+  [install]=600   # torch + vLLM + their CUDA libraries, about 4 GB: 10 MB/s on a slow link is 400 s, plus the install
+  [measure]=240   # 1.2 GB of random weights written, 3 + 2 short steps, one cold vLLM start (90-150 s with graphs)
+  [data]=120      # MiniLM over 200 questions' passages on the GPU, oracle trajectories: CPU-bound, ~60 s here
+  [sft]=180       # Qwen3-0.6B download (1.5 GB) + 20 QLoRA steps + the 16-bit merge
+  [grpo]=240      # one cold vLLM start (90-150 s) + 2 steps + a checkpoint
+  [resume]=200    # one cold vLLM start + 2 steps
+  [grpo-trl]=200  # one cold vLLM start (TRL colocate, 16-bit) + 2 steps
+  [serve]=180     # one cold vLLM start with LoRA and CUDA graphs
+  [eval]=80       # 20 agent episodes over HTTP against that server
+)
+# what to do when a step fails (printed with its log's path)
+declare -A hint=(
+  [env]="uv could not make a Python 3.12 environment: install uv >= 0.9.8 (pip install -U uv) or set SMOKE_PYTHON"
+  [install]="see the log: 'python -m agentrl.colab plan' names the stack for this driver; AGENTRL_GPU_STACK=cu128 for a CUDA 12.8 driver; a TIMEOUT on a slow link: raise SMOKE_TOTAL"
+  [measure]="the table in the log says which phase does not fit and what to change in configs/gpu_smoke.toml (runs/gpu_plan/gpu_smoke/measure.json)"
+  [data]="the corpus/index/eval/curate commands in the log; rerun one by hand with the same arguments"
+  [sft]="check the sft log for the backend line (unsloth expected) and the [gpu.<CARD>] line; an OOM: agentrl gpu-plan --config configs/gpu_smoke.toml"
+  [grpo]="the grpo log: a vLLM start failure names the vLLM/torch pair (python -m agentrl.colab plan); an OOM: lower grpo.model.gpu_memory_utilization"
+  [resume]="the resume log: it must start from checkpoint-2 (runs/grpo/gpu-smoke/trainer/)"
+  [grpo-trl]="the grpo-trl log: TRL's colocated vLLM (vllm_gpu_memory_utilization in configs/gpu_smoke_trl.toml)"
+  [serve]="the serve log: vLLM's own error (LoRA rank, memory: lower --gpu-memory-utilization)"
+  [eval]="runs/eval/smoke-served/: errors per item (error_kind) and the server log"
+)
 serve_cmd=("$bin_dir"/vllm serve Qwen/Qwen3-0.6B --enable-lora --max-lora-rank 64 --lora-modules "smoke=$adapter" \
            --port "$port" --max-model-len 4096 --gpu-memory-utilization 0.5 \
            --enable-auto-tool-choice --tool-call-parser hermes)
@@ -65,6 +91,7 @@ if [ -n "${SMOKE_PYTHON:-}" ]; then make_env="check that $py is Python >= 3.11";
 declare -A plan=(
   [env]="$make_env"
   [install]="OUT_DIR=$nb_dir scripts/export_to_ipynb.sh --bundle; the setup cell of $nb_dir/00_corpus.ipynb run by $py (installs the stack of: python -m agentrl.colab plan), then every notebook's cell again: nothing left to install"
+  [measure]="${cli[*]} gpu-plan --config $preset --measure   # random weights, 3 SFT + 2 GRPO steps, peak vs plan"
   [data]="${cli[*]} corpus --config $preset && ${cli[*]} index --corpus runs/corpus/hotpotqa_sample --config $preset && ${cli[*]} eval --config $preset --resume && ${cli[*]} curate runs/eval/smoke-oracle --config $preset && ${cli[*]} export runs/data/gpu-smoke --formats trl"
   [sft]="${cli[*]} sft --config $preset --overwrite   # 20 steps on unsloth, 4-bit, the card's [gpu.*] table, merged/"
   [grpo]="${cli[*]} grpo --config $preset --overwrite &   # 4-bit + fast_inference; kill -9 after checkpoint-2"
@@ -117,10 +144,10 @@ bounded() {
   timeout --kill-after=10 "$left" "$@"
 }
 uv_bin=""
-recent_uv() {  # recent_uv PATH: a uv >= 0.9 (the setup's floor: --torch-backend cu129, uv venv --clear)
+recent_uv() {  # recent_uv PATH: a uv >= 0.9.8 (the setup's floor, agentrl.colab.UV_FLOOR: --excludes, --torch-backend)
   local v
   v="$("$1" --version 2>/dev/null | awk '{print $2}')" || return 1
-  [ -n "$v" ] && [ "$(printf '%s\n0.9\n' "$v" | sort -V | head -1)" = 0.9 ]
+  [ -n "$v" ] && [ "$(printf '%s\n0.9.8\n' "$v" | sort -V | head -1)" = 0.9.8 ]
 }
 ensure_uv() {  # uv on PATH (the setup cell runs it from there), installed under runs/gpu_smoke/uv when missing or old
   if command -v uv >/dev/null 2>&1 && recent_uv "$(command -v uv)"; then uv_bin="$(command -v uv)"
@@ -185,6 +212,7 @@ run_step() {
            { ensure_uv && bounded "$uv_bin" venv --clear --python 3.12 "$venv"; } >"$log" 2>&1 || rc=$?
          fi ;;
     install) install_step >"$log" 2>&1 || rc=$? ;;
+    measure) bounded "${cli[@]}" gpu-plan --config "$preset" --measure >"$log" 2>&1 || rc=$? ;;
     data) { bounded "${cli[@]}" corpus --config "$preset" &&
             bounded "${cli[@]}" index --corpus runs/corpus/hotpotqa_sample --config "$preset" --quiet &&
             bounded "${cli[@]}" eval --config "$preset" --resume &&
@@ -205,8 +233,9 @@ run_step() {
   esac
   seconds[$s]=$((SECONDS - start))
   if [ "$rc" -eq 0 ]; then result[$s]=PASS
-  elif [ "$SECONDS" -ge "$step_end" ]; then result[$s]=TIMEOUT; echo "   $s ran out of time: see $log"
-  else result[$s]=FAIL; echo "   $s failed: see $log"; fi
+  elif [ "$SECONDS" -ge "$step_end" ]; then
+    result[$s]=TIMEOUT; echo "   $s ran out of time: see $log; its limit is an unmeasured budget: SMOKE_TOTAL=3000 gives more"
+  else result[$s]=FAIL; echo "   $s failed: see $log; ${hint[$s]}"; fi
 }
 
 failed=0

@@ -25,8 +25,8 @@ UNSLOTH_MISSING = ("unsloth is not installed (.ci/run installs it: uv pip instal
                    "unsloth_zoo==2026.10.9)")
 
 
-# fixtures that train a model first (minutes on 2 cores): a test taking one is in the slow tier however short it is
-SLOW_FIXTURES = {"trained", "smol_sft", "sft_adapter"}
+# fixtures that train or convert a model first (a minute or more on 2 cores): a test taking one is in the slow tier
+SLOW_FIXTURES = {"trained", "smol_sft", "sft_adapter", "smol_model"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -157,6 +157,7 @@ def _open(browser, workspace, name):
     return nb
 
 
+@pytest.mark.slow
 def test_every_notebook_opens_runs_its_cheap_cells_and_shows_no_error_in_a_real_browser(browser, workspace):
     nb = _open(browser, workspace, "00_corpus")
     try:

@@ -95,6 +95,43 @@ def test_the_cuda_12_command_is_one_uv_call_that_uv_accepts(venv, tmp_path):
     assert "network was disabled" in proc.stderr and "unexpected argument" not in proc.stderr
 
 
+COLAB_2026 = (GPU("Tesla T4", "580.82.07", (7, 5), 15360), GPU("NVIDIA L4", "580.82.07", (8, 9), 23034),
+              GPU("NVIDIA A100-SXM4-40GB", "580.82.07", (8, 0), 40960))
+
+
+def test_colabs_2026_runtime_gets_one_install_per_card_that_uv_accepts_for_python_3_13(tmp_path):
+    """Colab's runtime since 2026-08-25 (googlecolab/colabtools #6081, backend-info): driver 580.82.07 (CUDA 13.0),
+    Python 3.13, torch 2.11.0+cu130 preinstalled. For a T4, an L4 and an A100 the plan is the CUDA 13 stack from
+    PyPI (torch moves to the stack's version: uv replaces it, no forced reinstall) in one uv call, and the real uv
+    accepts that call for a real Python 3.13 interpreter (dry run, offline: it resolves or stops at the network,
+    never a usage error). `check-pins` resolves the same pins for 3.13 in CI."""
+    uv = shutil.which("uv")
+    # uv's own search does not see a pyenv version that is installed but not selected (its shim fails)
+    found = [*sorted(Path.home().glob(".pyenv/versions/3.13*/bin/python3.13")), *filter(None, [
+        shutil.which("python3.13")])]
+    made = subprocess.run([uv, "venv", "--no-python-downloads", "--python", str(found[0]) if found else "3.13",
+                           str(tmp_path / "py313")], capture_output=True, text=True, timeout=120)
+    if made.returncode != 0:
+        pytest.skip(f"no Python 3.13 on this machine for uv to use: {made.stderr.strip()[-200:]}")
+    python = str(tmp_path / "py313" / "bin" / "python")
+    excludes = tmp_path / "excludes.txt"
+    excludes.write_text("\n".join(colab.EXCLUDES) + "\n")
+    preinstalled = {"torch": "2.11.0+cu130", "torchvision": "0.26.0+cu130", "torchaudio": "2.11.0+cu130"}
+    for gpu in COLAB_2026:
+        d = colab.decide([gpu], have_agentrl=False, repo=str(ROOT), installed=preinstalled.get,
+                         torch_build=lambda: "13.0")
+        assert d.stack is CU130 and d.reinstall == (), gpu.name
+        assert f"torch=={CU130.pins['torch']}" in d.install and d.install[:2] == ["-e", str(ROOT)]
+        assert any("no native bfloat16" in n for n in d.notes) == (gpu.compute_cap < (8, 0)), gpu.name
+        cmd = colab.install_command(d.install, excludes, python=python, uv=[uv], index_args=d.index_args,
+                                    reinstall=d.reinstall)
+        proc = subprocess.run([*cmd, "--dry-run", "--offline"], capture_output=True, text=True, timeout=300)
+        assert proc.returncode in (0, 1) and "unexpected argument" not in proc.stderr, proc.stderr[-2000:]
+        assert "Python 3.13" in proc.stderr and (proc.returncode == 0 or "network was disabled" in proc.stderr), \
+            proc.stderr[-2000:]  # resolved from the cache, or stopped only where a package must be downloaded
+    assert "3.13" in gpu_stack.PYTHONS
+
+
 def test_an_installed_pin_counts_only_as_the_build_the_stack_asks_for():
     pins = ["torch==2.13.0", "vllm==0.30.0"]
     state = gpu_stack.installed_state

@@ -66,6 +66,7 @@ def documented_commands() -> list[list[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_the_envs_presets_documented_commands_run_sft_and_grpo_on_every_new_env(tmp_path, tiny_model, small_index):
     commands = documented_commands()
     assert [c[0] for c in commands] == ["tiny-model", "eval", "eval", "eval", "curate", "export", "sft", "grpo",

@@ -136,3 +136,54 @@ def test_gpu_plan_command_prints_the_table_and_exits_1_when_it_does_not_fit(tmp_
     assert main(["gpu-plan", "--config", str(bad), "--gpu", "T4"]) == 1
     assert "DOES NOT FIT" in capsys.readouterr().out
     assert main(["gpu-plan", "--config", "colab_qwen3_4b", "--gpu", "V100"]) == 2
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen2.5-7B-Instruct", "unsloth/Qwen3-0.6B"])
+def test_the_measured_models_config_has_the_shapes_the_plan_sizes(tmp_path, model):
+    """`gpu-plan --measure` builds its random model from the config gpu_plan's shapes make (no network): read back
+    as a local model, it is sized exactly as the hub id is."""
+    from agentrl.train.gpu_measure import model_config
+
+    (tmp_path / "config.json").write_text(json.dumps(model_config(model, cpu=False)))
+    assert arch_for(str(tmp_path)) == arch_for(model)
+    shrunk = model_config(model, cpu=True)
+    assert shrunk["hidden_size"] == 64 and shrunk["model_type"] == model_config(model, cpu=False)["model_type"]
+
+
+def test_a_measured_peak_over_the_card_says_what_to_change_and_one_off_the_plan_says_by_how_much():
+    from agentrl.train.gpu_measure import Measured
+
+    over = Measured("grpo", [9.0, 2.0, 2.2], 4096, peak_gib=15.0, plan_gib=12.0, limit_gib=14.7,
+                    advice=["gradient_checkpointing = true in [grpo]"])
+    assert over.step_s == pytest.approx(2.1)
+    assert over.verdict().startswith("does not fit (15.5 of 14.7 GiB): gradient_checkpointing = true")
+    off = Measured("sft", [3.0, 1.0], 1000, peak_gib=6.0, plan_gib=5.0, limit_gib=14.7, advice=[])
+    assert off.verdict() == "fits (6.5 of 14.7 GiB); the plan is off by +20% (docs/colab.md)"
+    near = Measured("sft", [3.0, 1.0], 1000, peak_gib=5.2, plan_gib=5.0, limit_gib=14.7, advice=[])
+    assert near.verdict() == "fits (5.7 of 14.7 GiB)"
+    assert Measured("sft", [1.0], 10, None, None, None, []).verdict().startswith("CPU: shapes shrunk")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["demo", "colab_qwen3_4b"])
+def test_gpu_plan_measure_runs_real_sft_and_grpo_steps_here_and_prints_the_table(tmp_path, name):
+    """The CPU mode of `agentrl gpu-plan --measure` (what CI can run): the preset's model at tiny shapes, 3 SFT
+    steps and 2 GRPO steps in the SQL environment through the real entry point, the table and measure.json."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-m", "agentrl.cli", "gpu-plan", "--config", name, "--measure"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    table = done.stdout[done.stdout.index("gpu-plan --measure:"):]
+    assert "on the CPU at tiny shapes" in table
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:] if line.split()[:1] in (["sft"],
+                                                                                                     ["grpo"])}
+    assert set(rows) == {"sft", "grpo"} and rows["sft"][1] == "3" and rows["grpo"][1] == "2"
+    report = json.loads((tmp_path / "runs" / "gpu_plan" / name / "measure.json").read_text())
+    assert [p["phase"] for p in report["phases"]] == ["sft", "grpo"] and report["device"] == "cpu"
+    assert all(len(p["steps"]) == {"sft": 3, "grpo": 2}[p["phase"]] for p in report["phases"])
+    assert (tmp_path / "runs" / "gpu_plan" / name / "manifest.json").is_file()
+    assert not list((tmp_path / "runs" / "gpu_plan" / name).glob("scratch-*"))  # the random weights are deleted

@@ -31,8 +31,9 @@ def test_gpu_smoke_dry_run_prints_every_step_and_runs_nothing():
                           text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     rows = {line.split()[0]: line.split(None, 3)[1:] for line in proc.stdout.splitlines()[1:]}
-    assert list(rows) == ["env", "install", "data", "sft", "grpo", "resume", "grpo-trl", "serve", "eval"]
-    assert sum(int(r[0]) for r in rows.values()) <= 1200 and "deadline 1200 s" in proc.stdout  # its 20 minutes
+    assert list(rows) == ["env", "install", "measure", "data", "sft", "grpo", "resume", "grpo-trl", "serve", "eval"]
+    assert sum(int(r[0]) for r in rows.values()) <= 2100 and "deadline 2100 s" in proc.stdout  # its 35 minutes
+    assert "gpu-plan --config configs/gpu_smoke.toml --measure" in rows["measure"][2]  # before any download
     venv_python = str(ROOT / "runs" / "gpu_smoke" / "venv" / "bin" / "python")
     assert rows["env"][2] == "uv venv --clear --python 3.12 runs/gpu_smoke/venv"  # its own Python, not the machine's
     assert "export_to_ipynb.sh --bundle" in rows["install"][2] and "setup cell" in rows["install"][2]
@@ -63,9 +64,11 @@ def test_a_step_that_runs_over_its_time_is_killed_and_reported_as_a_failed_timeo
                           text=True, timeout=50)
     table = {line.split()[0]: line.split()[1] for line in proc.stdout.split("step ")[-1].splitlines()[1:]}
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert table == {"env": "TIMEOUT", "install": "SKIP", "data": "SKIP", "sft": "SKIP", "grpo": "SKIP",
-                     "resume": "SKIP", "grpo-trl": "SKIP", "serve": "SKIP", "eval": "SKIP", "total": "FAIL"}
+    assert table == {"env": "TIMEOUT", "install": "SKIP", "measure": "SKIP", "data": "SKIP", "sft": "SKIP",
+                     "grpo": "SKIP", "resume": "SKIP", "grpo-trl": "SKIP", "serve": "SKIP", "eval": "SKIP",
+                     "total": "FAIL"}
     assert (tmp_path / "runs" / "gpu_smoke" / "env.log").exists()
+    assert "env ran out of time: see runs/gpu_smoke/env.log" in proc.stdout and "SMOKE_TOTAL=" in proc.stdout
 
 
 def test_gpu_smoke_refuses_unknown_arguments():

@@ -212,6 +212,7 @@ def test_unsloth_backend_trains_checks_and_merges_on_its_cpu_path(tmp_path, sft_
     assert (out / "merged" / "config.json").exists() and list((out / "merged").glob("*.safetensors"))
 
 
+@pytest.mark.slow
 def test_the_cli_trains_with_its_progress_line_where_ipython_is_not_installed(tmp_path, sft_data, tiny_model):
     """A rented GPU box runs the CLI without IPython (not a runtime dependency): the run trains and shows the
     terminal line. A sitecustomize makes ``import IPython`` fail in the subprocess, as on such a machine."""

@@ -267,6 +267,8 @@ def _trainers(sub) -> None:
     c = sub.add_parser("gpu-plan", help="estimate GPU memory of a preset's SFT and GRPO on a card (fits or not)")
     _config(c, "preset name or TOML path", required=True)
     c.add_argument("--gpu", default="auto", help="T4, L4, A100-40, A100-80, H100 (default: the detected card)")
+    c.add_argument("--measure", action="store_true", help="also run a few SFT and GRPO steps here with random weights "
+                   "of the preset's model: measured peak memory and step time vs the plan (no download)")
     c.set_defaults(func="cmd_gpu_plan")
 
 

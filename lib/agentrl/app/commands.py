@@ -30,9 +30,11 @@ from agentrl.retrieval.mcp_server import serve
 from agentrl.rollout.evaluate import run_eval
 from agentrl.train.checkpoints import distributed_launch, end_distributed
 from agentrl.train.dpo import print_dpo_summary, run_dpo
+from agentrl.train.gpu_measure import format_measured, measure
 from agentrl.train.gpu_plan import format_plan, plans, resolve_card
 from agentrl.train.grpo import run_grpo
 from agentrl.train.grpo_report import print_grpo_summary
+from agentrl.train.models import cuda_available
 from agentrl.train.sample import run_sample, summary_line
 from agentrl.train.sft import print_sft_summary, run_sft
 from agentrl.train.smol import DEFAULT_DIR, prepare_smollm2
@@ -349,7 +351,12 @@ def cmd_rft(args, preset: Preset) -> int:
 
 
 def cmd_gpu_plan(args, preset: Preset) -> int:
-    """`agentrl gpu-plan`: estimate GPU memory of the preset's SFT and GRPO on a card; 0 when it fits, else 1."""
+    """`agentrl gpu-plan`: estimate GPU memory of the preset's SFT and GRPO on a card (``--measure``: and run a few
+    steps of each on this machine with random weights); 0 when it fits, else 1."""
+    if args.measure:
+        results = measure(preset, preset.card, RUNS / "gpu_plan" / preset.name)
+        print(format_measured(results, preset.name, preset.card, "cuda" if cuda_available() else "cpu"))
+        return 1 if any(r.verdict().startswith("does not fit") for r in results) else 0
     if preset.card is None:
         raise DataError("gpu-plan: no GPU detected; name a card with --gpu T4|L4|A100-40|A100-80|H100")
     results = plans(preset.sft() if "sft" in preset else None, preset.grpo() if "grpo" in preset else None,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import os
 import shlex
 import urllib.error
@@ -295,12 +294,6 @@ def serve_command(model: str | None, adapter: str | None = None, rank: int = 64)
     lora = f" --enable-lora --max-lora-rank {max(16, rank)} --lora-modules agent={adapter}" if adapter else ""
     return (f"vllm serve {model or '<model>'}{lora} --enable-auto-tool-choice --tool-call-parser hermes "
             f"--max-model-len {SERVE_MAX_MODEL_LEN}")
-
-
-def adapter_rank(adapter: Path, default: int) -> int:
-    """Return the LoRA rank ``r`` of the saved ``adapter`` (its adapter_config.json), else ``default``."""
-    config = Path(adapter) / "adapter_config.json"
-    return int(json.loads(config.read_text()).get("r", default)) if config.is_file() else default
 
 
 def stop(message: str) -> None:

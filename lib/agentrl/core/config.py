@@ -25,6 +25,9 @@ from agentrl.core.io import DataError
 
 T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[3]  # lib/agentrl/core/config.py
+# an installed wheel carries configs/ and data/samples/ here (pyproject.toml: force-include); a checkout has none
+BUNDLED = Path(__file__).resolve().parents[1] / "_bundled"
+ROOTS = (REPO_ROOT, BUNDLED)
 
 
 def preset_path(name_or_path: str | Path) -> Path:
@@ -34,23 +37,25 @@ def preset_path(name_or_path: str | Path) -> Path:
         if not p.is_file():
             raise DataError(f"{p}: config file not found")
         return p
-    for root in (Path.cwd(), REPO_ROOT):
+    for root in (Path.cwd(), *ROOTS):
         candidate = root / "configs" / f"{name_or_path}.toml"
         if candidate.is_file():
             return candidate
-    known = sorted(f.stem for f in (REPO_ROOT / "configs").glob("*.toml"))
+    known = sorted({f.stem for root in (Path.cwd(), *ROOTS) for f in (root / "configs").glob("*.toml")})
     raise DataError(f"unknown preset '{name_or_path}' (known: {', '.join(known) or 'none'})")
 
 
 def data_file(path: str | Path) -> Path:
     """Return ``path`` when it exists; a relative path that does not exist from the working directory is looked up
-    from the repository root too (the bundled ``data/samples/`` files, from any directory). Returns the path as given
-    when neither exists, so the error names what the user wrote."""
+    from the repository root, then from the installed wheel's copy (the bundled ``data/samples/`` files, from any
+    directory). Returns the path as given when none exists, so the error names what the user wrote."""
     p = Path(path)
     if p.exists() or p.is_absolute():
         return p
-    candidate = REPO_ROOT / p
-    return candidate if candidate.exists() else p
+    for root in ROOTS:
+        if (root / p).exists():
+            return root / p
+    return p
 
 
 # ----------------------------------------------------------------------------- layers

@@ -5,3 +5,5 @@ follows, ``task`` the episode settings and the Task an environment builds (docs/
 # the built-in folders, in the order listings show them (and in which the tiny model's tokenizer reads their prompts)
 BUILTIN = ("search", "sql", "textgame", "math", "code", "mixed")
 DEFAULT = BUILTIN[0]
+# the environment `agentrl gpu-plan --measure` runs GRPO in: a tool in every rollout, in-process (SQLite), no index
+MEASURE = BUILTIN[1]

@@ -113,6 +113,9 @@ class LoadedModel:
     reason: str
 
 
+_FELL_BACK: set[str] = set()
+
+
 def choose_backend(requested: str, *, cuda: bool | None = None, unsloth: bool | None = None) -> tuple[str, str]:
     """Return ``(backend, reason)`` for the requested backend on this machine (``cuda``: a CUDA GPU is usable,
     ``unsloth``: unsloth is installed; detected when None)."""
@@ -135,8 +138,10 @@ def choose_backend(requested: str, *, cuda: bool | None = None, unsloth: bool | 
         return "unsloth", "CUDA GPU present" if cuda else "UNSLOTH_FORCE_CPU=1 (Unsloth's CPU backend)"
     why = "no CUDA GPU" if not cuda else "unsloth is not installed"
     if requested == "unsloth":
-        log.warning("Unsloth was requested but %s: falling back to transformers + peft "
-                    "(install unsloth on a CUDA machine for its kernels)", why)
+        if why not in _FELL_BACK:  # a run asks several times (preflight, TRL's config, the load): one line
+            _FELL_BACK.add(why)
+            log.warning("Unsloth was requested but %s: falling back to transformers + peft "
+                        "(install unsloth on a CUDA machine for its kernels)", why)
         return "transformers", f"unsloth requested but {why}: fell back"
     return "transformers", why
 
