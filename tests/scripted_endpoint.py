@@ -22,6 +22,9 @@ message, which lets one server play many scripts at once:
 - ``[[hostile:KIND]]`` a malformed or hostile reply from the catalogue ``HOSTILE`` (invalid bodies, shape
   variations, broken tool calls, echoed keys, ...); tool-call kinds misbehave on the first turn only, then
   the script answers ``<answer>Paris</answer>``; ``*_once`` body kinds only on the first request.
+- ``[[call:NAME:ARGS]]`` call tool NAME with the JSON ARGS, then answer with the first line of its result (no
+  answer when it is an error); a task writer (a system prompt starting with "You write tasks", agentrl mcp-tasks)
+  gets one such task per tool listed after "Tools:" and a line that is not JSON.
 - Judge requests (a system prompt starting with "You grade"): CORRECT when the normalised prediction
   equals a gold answer; ``[[judge:empty]]`` / ``[[judge:garbage]]`` / ``[[judge:hedge]]`` (a sentence
   containing CORRECT) / ``[[judge:empty:N]]`` in the prediction script empty or unparseable replies (the
@@ -101,6 +104,11 @@ class Script:
         system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
         if system.startswith("You grade"):
             return 200, self._completion(body, self._judge(first_user), None), {}
+        if system.startswith("You write tasks"):
+            return 200, self._completion(body, _write_tasks(system), None), {}
+        if "call" in marks:
+            content, calls = _call_then_answer(marks["call"], messages)
+            return 200, self._completion(body, content, calls, "tool_calls" if calls else "stop"), {}
         mode = marks.get("mode", self.mode)
         content, calls, finish, reasoning = self._agent(mode, messages, _clean(first_user))
         return 200, self._completion(body, content, calls, finish, reasoning), {}
@@ -178,6 +186,34 @@ class Script:
             "usage": {"prompt_tokens": prompt_chars // 4, "completion_tokens": completion_chars // 4,
                       "total_tokens": (prompt_chars + completion_chars) // 4},
         }
+
+
+def _write_tasks(system: str) -> str:
+    """A task writer (agentrl mcp-tasks): for each tool in the JSON after "Tools:", a task whose question carries
+    ``[[call:NAME:ARGS]]`` (required arguments filled: strings "missing", numbers 1, booleans true), then one line
+    that is not JSON."""
+    tools = json.loads(system.split("Tools:\n", 1)[1])
+    fill = {"string": "missing", "integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
+    lines = []
+    for tool in tools:
+        params = tool.get("parameters") or {}
+        args = {k: fill.get(params["properties"][k].get("type"), "missing") for k in params.get("required") or []}
+        lines.append(json.dumps({"question": f"[[call:{tool['name']}:{json.dumps(args)}]] What does {tool['name']} "
+                                             "say?"}))
+    return "\n".join([*lines, "and that is all"])
+
+
+def _call_then_answer(spec: str, messages: list[dict]):
+    """``[[call:NAME:ARGS]]``: call NAME with ARGS, then answer with the first line of its result (no answer when the
+    result is an error)."""
+    name, _, args = spec.partition(":")
+    tool_msgs = [m for m in messages if m.get("role") == "tool"]
+    if not tool_msgs:
+        return "", [_call(name, args or "{}")]
+    result = (tool_msgs[-1].get("content") or "").strip()
+    if not result or result.startswith("Error"):
+        return "The tool failed, so I cannot tell.", None
+    return f"<answer>{result.splitlines()[0]}</answer>", None
 
 
 def _reply(message: dict | None = None, *, usage="default", finish="stop", choice_extra: dict | None = None) -> dict:

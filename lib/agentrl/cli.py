@@ -16,7 +16,7 @@ import sys
 
 from agentrl.app.flags import comma_list, env_args, json_value, key_flag
 from agentrl.core.io import DataError
-from agentrl.envs import BUILTIN
+from agentrl.envs import BUILTIN, MCP
 
 # ----------------------------------------------------------------------------- parser
 
@@ -112,6 +112,21 @@ def _phase00(sub) -> None:
                    help="HTTP: answer every call through the MCP SDK (the fast path for well-formed search calls "
                         "writes the same bytes; this is for comparison)")
     c.set_defaults(func="cmd_serve")
+
+
+def _mcp_tasks(sub) -> None:
+    c = sub.add_parser("mcp-tasks", help="a task file for an MCP server, written by an endpoint from its tool list "
+                                         "and kept where two answers agree")
+    _config(c, "preset name or TOML path (its [eval.mcp] table names the server)")
+    c.set_defaults(_env_table="eval", env=MCP)
+    env_args(c)
+    key_flag(c, "--base-url", key="eval.endpoint.base_url", help="OpenAI-compatible base URL (or OPENAI_BASE_URL)")
+    key_flag(c, "--model", key="eval.endpoint.model", help="model name at the endpoint (or OPENAI_MODEL)")
+    key_flag(c, "--temperature", key="eval.endpoint.temperature", type=float)
+    c.add_argument("--n", type=int, default=20, help="tasks to ask for (default 20)")
+    c.add_argument("--attempts", type=int, default=2, help="answers per task that must agree (default 2)")
+    c.add_argument("--out", required=True, help="the task file to write (JSONL)")
+    c.set_defaults(func="cmd_mcp_tasks")
 
 
 def _eval(sub) -> None:
@@ -292,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _phase00(sub)
     _eval(sub)
+    _mcp_tasks(sub)
     _phase02(sub)
     _trainers(sub)
 

@@ -5,17 +5,19 @@ phase with its typed settings and the preset's held-out set. Each returns the ex
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from agentrl import envs
 from agentrl.app.compare import compare, format_table, write_html
 from agentrl.app.demo import print_summary, run_demo
 from agentrl.app.presets import Preset, load
 from agentrl.app.seed_table import seed_table
 from agentrl.core.config import Layer, from_dict, nest, parse_set, read_preset
-from agentrl.core.io import DataError, read_json
+from agentrl.core.io import DataError, read_json, write_jsonl
 from agentrl.data.corpus import build_corpus, read_corpus
 from agentrl.data.curate import curate
 from agentrl.data.export import export
@@ -27,7 +29,9 @@ from agentrl.envs import registry
 from agentrl.retrieval import IndexConfig, Retriever, build_index
 from agentrl.retrieval.evaluate import print_retrieval_report, run_retrieval_eval
 from agentrl.retrieval.mcp_server import serve
+from agentrl.rollout.endpoint import EndpointPolicy
 from agentrl.rollout.evaluate import run_eval
+from agentrl.rollout.mcp_tasks import synthesize
 from agentrl.train.checkpoints import distributed_launch, end_distributed
 from agentrl.train.dpo import print_dpo_summary, run_dpo
 from agentrl.train.gpu_measure import format_measured, measure
@@ -227,12 +231,35 @@ def cmd_eval(args, preset: Preset) -> int:
     return 0
 
 
+def cmd_mcp_tasks(args, preset: Preset) -> int:
+    """`agentrl mcp-tasks`: write a task file for the MCP server of ``[eval.mcp]`` / ``--env-arg`` (0 when at least
+    one task was kept, else 1)."""
+    cfg = preset.eval()
+    settings = cfg.envs.get(envs.MCP) or registry.get(envs.MCP).settings()
+    policy = EndpointPolicy(cfg.endpoint)
+    rows, report = asyncio.run(_close_after(policy, synthesize(settings, policy, args.n, attempts=args.attempts)))
+    if rows:
+        write_jsonl(args.out, rows)
+        print(f"wrote {args.out}: {report['kept']} of {report['written']} tasks kept")
+    print(f"mcp-tasks: {report['written']} written by {policy.model}, {report['kept']} kept, {report['disagreed']} "
+          f"whose {args.attempts} answers disagreed, {report['no_answer']} without an answer, "
+          f"{report['unreadable']} unreadable lines" + ("" if rows else "; nothing was written"))
+    return 0 if rows else 1
+
+
+async def _close_after(policy, work):
+    try:
+        return await work
+    finally:
+        await policy.aclose()
+
+
 def print_eval_metrics(metrics: dict, out_dir) -> None:
     """Print overall and per-type metrics of an evaluation run."""
     from rich.console import Console
     from rich.table import Table
 
-    keys = [k for k in ("em", "f1", "acc", "judge", "exec") if k in metrics["overall"]]
+    keys = [k for k in ("em", "f1", "acc", "judge", "exec", "state", "success") if k in metrics["overall"]]
     table = Table(title=f"{out_dir}: {metrics['n']} items, {metrics['errors']} errors, finish {metrics['finish']}")
     for col in ["group", "n", *keys]:
         table.add_column(col)
