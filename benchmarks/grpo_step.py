@@ -1,12 +1,23 @@
-"""GRPO step-time breakdown on the tiny model: generation, tool execution, rewards, optimisation.
+"""Where a GRPO step's time goes, before and after agentrl's CPU speed-ups, measured in the same run.
 
-    uv run python benchmarks/grpo_step.py            # builds the demo's phases 00-03 first if they are missing
-    uv run python benchmarks/grpo_step.py --search-method bm25   # the same step with lexical search only
+    uv run agentrl models prepare smollm2
+    uv run python benchmarks/grpo_step.py --set grpo.max_completion_length=256   # cpu_smol, SQL, 2 steps a variant
+    uv run python benchmarks/grpo_step.py --env search --steps 3
+    uv run python benchmarks/grpo_step.py --set grpo.adapter=runs/sft/my_sft/adapter --variants after
 
-Each GRPO step = rollouts (generation, with the search tool executed between turns) + reward functions +
-log-prob/advantage bookkeeping + the optimiser step. Timers wrap the search backend (tool execution), each
-reward function, TRL's ``_generate`` (rollouts, tools included) and ``_generate_and_score_completions``;
-the step time comes from trainer callbacks. The first step (warm-up) is left out of the means.
+Each variant builds a fresh trainer from the same preset and seed and runs ``--steps`` steps (4 items x 4
+rollouts on cpu_smol). ``before`` is the step as it ran up to 2026-11-28 (the adapter unmerged while generating,
+every copy of a group's prompt read in the first turn and in the loss); ``after`` is the preset as it is now
+(``merge_for_generation``, ``share_prompt_prefill``: agentrl.train.lora_merge, agentrl.train.shared_prefill).
+Per step: generation (the model's ``generate`` calls, counted with their rows and new tokens), tool calls (the
+rest of TRL's tool loop: the environments' methods and the tokenisation of their results), rewards, the log-prob
+forward passes TRL scores completions with, and the optimisation (loss forward, backward, optimiser step). A
+variant's step time is its mean over all its steps (the first included: a GRPO step has no separate warm-up worth
+leaving out at these sizes). The sampled completions differ between variants, so generation is also given per
+1,000 generated tokens. The adapter is the preset's (``runs/sft/smol_sft/adapter``) where it exists, else one
+built once by ``--sft-steps`` (40) SFT steps on the environment's oracle demonstrations (``runs/bench/sft_<env>/``,
+~26 min here for SQL), else with ``--sft-steps 0`` a fresh LoRA.
+Writes ``runs/bench/grpo_step_<env>.json``.
 """
 
 from __future__ import annotations
@@ -14,15 +25,20 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import time
 from pathlib import Path
 
+import learning  # the learning benchmark's phases (oracle demonstrations, curation, SFT); scripts run from here
+
 ROOT = Path(__file__).resolve().parents[1]
+# what each variant changes on top of the preset (``after`` is the preset as it is)
+VARIANTS = {"before": {"grpo": {"merge_for_generation": "off", "share_prompt_prefill": False}}, "after": {}}
 
 
 class Timers(dict):
-    def add(self, key: str, seconds: float) -> None:
-        self[key] = self.get(key, 0.0) + seconds
+    def add(self, key: str, value: float) -> None:
+        self[key] = self.get(key, 0.0) + value
 
     def wrap(self, key: str, fn):
         @functools.wraps(fn)
@@ -35,65 +51,59 @@ class Timers(dict):
 
         return timed
 
-    def wrap_async(self, key: str, fn):
-        @functools.wraps(fn)
-        async def timed(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return await fn(*args, **kwargs)
-            finally:
-                self.add(key, time.perf_counter() - t)
 
-        return timed
-
-
-def ensure_inputs():
-    """Return the demo preset (agentrl.app.presets.Preset), building the phases GRPO starts from if they are
-    missing."""
-    from agentrl.app.demo import demo_data, demo_eval, demo_sft
+def sft_adapter(config: str, env: str, steps: int) -> str:
+    """Return the SFT adapter the benchmark starts from when the preset's does not exist: ``steps`` LoRA SFT steps
+    (the preset's ``[sft]``) on oracle demonstrations of ``env``'s training tasks, built once under
+    ``runs/bench/sft_<env>/``."""
     from agentrl.app.presets import load
-    from agentrl.data.pipeline import corpus_and_index
 
-    preset = load("demo")
-    if not (ROOT / "runs" / "sft" / "sft_demo" / "adapter" / "adapter_config.json").exists():
-        corpus_and_index(preset.settings("corpus"), preset.settings("index"))
-        demo_eval(preset, False)
-        demo_data(preset)
-        demo_sft(preset, False)
-    return preset
+    runs = ROOT / "runs" / "bench" / f"sft_{env}"
+    adapter = runs / "sft" / "smol_sft" / "adapter"
+    if not (adapter / "adapter_config.json").is_file():
+        preset = load(config)
+        learning.oracle(preset, runs, f"smol_{env}_oracle", env=env, split="train", qa=None, offset=0, limit=None)
+        data, _ = learning.curate_export(preset, runs, [f"smol_{env}_oracle"])
+        learning.run_sft_phase(preset, runs, False, str(data), max_steps=steps)
+    return str(adapter)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--search-method", default="hybrid", choices=["bm25", "dense", "hybrid"])
-    args = ap.parse_args()
+def load_preset(config: str, env: str, sets: list[str], variant: str, sft_steps: int):
+    """Return the preset of one variant: ``config`` with ``--set`` values, the env and the variant's layer."""
+    from agentrl.app.presets import load
 
-    import os
+    preset = load(config, sets)
+    layer = {"grpo": {"env": env, "name": f"bench_{variant}", "eval_questions": 0, "report_to": [],
+                      **VARIANTS[variant].get("grpo", {})}}
+    adapter = preset.value("grpo.adapter")
+    if adapter and not (ROOT / adapter / "adapter_config.json").is_file():
+        if sft_steps:
+            layer["grpo"]["adapter"] = sft_adapter(config, env, sft_steps)
+        else:
+            print(f"{adapter} does not exist and --sft-steps is 0: a fresh LoRA on the base model")
+            layer["grpo"]["adapter"] = ""
+    return preset.with_layer(layer, "benchmarks/grpo_step.py")
 
-    os.chdir(ROOT)
-    preset = ensure_inputs().with_layer(
-        {"grpo": {"max_steps": args.steps, "eval_questions": 0, "name": "bench", "report_to": [],
-                  "search": {"search_method": args.search_method}}}, "benchmarks/grpo_step.py")
+
+def run_variant(preset, steps: int) -> dict:
+    """Return one variant's per-step split (seconds per part, generate calls, generated tokens)."""
     from transformers import TrainerCallback
 
-    from agentrl.envs.search.env import LocalSearch
     from agentrl.train import grpo
     from agentrl.train.configs import trl_args
-    from agentrl.train.models import load_for_training
+    from agentrl.train.models import load_for_training, prepare_backend
 
     cfg = preset.grpo()
-    out = ROOT / "runs" / "bench" / "grpo"
-    loaded = load_for_training(cfg.model, adapter=cfg.adapter, seed=cfg.seed,
-                               gradient_checkpointing=cfg.gradient_checkpointing)
-    loaded.tokenizer.padding_side = "left"
-    timers = Timers()
-    per_step: list[dict] = []
-    LocalSearch.search = timers.wrap_async("tools", LocalSearch.search)  # the search tool's real work
+    cfg.trl["max_steps"] = steps
+    out = ROOT / "runs" / "bench" / cfg.name
+    backend, _ = prepare_backend(cfg.model)
+    args = trl_args(cfg, grpo.derived_args(cfg, backend, out))
     task = grpo.build_task(cfg, preset.data)
     rows = grpo.training_rows(cfg, task, grpo.train_rows(cfg, preset.heldout, preset.data))
-    funcs, weights = grpo.reward_functions(cfg)
-    grpo.reward_functions = lambda settings: ([timers.wrap("rewards", f) for f in funcs], weights)
+    loaded = load_for_training(cfg.model, adapter=cfg.adapter, seed=args.seed,
+                               gradient_checkpointing=cfg.gradient_checkpointing)
+    loaded.tokenizer.padding_side = "left"
+    timers, per_step = Timers(), []
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, *a, **k):
@@ -103,38 +113,98 @@ def main() -> None:
         def on_step_end(self, *a, **k):
             per_step.append({**timers, "step": time.perf_counter() - self.t})
 
-    args_trl = trl_args(cfg, grpo.derived_args(cfg, loaded.backend, out))
-    trainer = grpo.make_trainer(cfg, args_trl, loaded, task, rows, [StepClock()])
-    trainer._generate = timers.wrap("generate", trainer._generate)
+    funcs, weights = grpo.reward_functions(cfg)
+    timed_funcs = [timers.wrap("rewards", f) for f in funcs]
+    for timed, f in zip(timed_funcs, funcs, strict=True):
+        timed.__name__ = getattr(f, "__name__", "reward")
+    original = grpo.reward_functions
+    grpo.reward_functions = lambda settings: (timed_funcs, weights)
+    try:
+        trainer = grpo.make_trainer(cfg, args, loaded, task, rows, [StepClock()])
+    finally:
+        grpo.reward_functions = original
+    single = trainer._generate_single_turn
+
+    def counted(prompt_ids, *a, **k):
+        t = time.perf_counter()
+        ids, logprobs = single(prompt_ids, *a, **k)
+        timers.add("generation", time.perf_counter() - t)
+        timers.add("generate_calls", 1)
+        timers.add("rows", len(prompt_ids))
+        timers.add("new_tokens", sum(len(c) for c in ids))
+        timers.add("padded_tokens", len(prompt_ids) * max((len(c) for c in ids), default=0))
+        timers.add("prompt_tokens", len(prompt_ids) * max((len(p) for p in prompt_ids), default=0))
+        return ids, logprobs
+
+    trainer._generate_single_turn = counted
+    trainer._generate = timers.wrap("rollouts", trainer._generate)
     trainer._generate_and_score_completions = timers.wrap("generate_and_score",
                                                            trainer._generate_and_score_completions)
     trainer.train()
-
-    steps = per_step[1:] or per_step
-    mean = {k: sum(s.get(k, 0.0) for s in steps) / len(steps) for k in ("step", "generate", "tools", "rewards",
-                                                                         "generate_and_score")}
-    parts = {
-        "generation (model)": mean["generate"] - mean["tools"],
-        "tool execution": mean["tools"],
-        "reward computation": mean["rewards"],
-        "log-probs + advantages": mean["generate_and_score"] - mean["generate"] - mean["rewards"],
-        "optimisation (forward/backward/step)": mean["step"] - mean["generate_and_score"],
-    }
+    mean = {k: sum(s.get(k, 0.0) for s in per_step) / len(per_step)
+            for k in {k for s in per_step for k in s}}
+    parts = {"generation (model)": mean.get("generation", 0.0),
+             "tool calls (the rest of the tool loop)": mean.get("rollouts", 0.0) - mean.get("generation", 0.0),
+             "rewards": mean.get("rewards", 0.0),
+             "log-prob forward passes": mean["generate_and_score"] - mean["rollouts"] - mean.get("rewards", 0.0),
+             "optimisation (forward, backward, step)": mean["step"] - mean["generate_and_score"]}
     hist = [h for h in trainer.state.log_history if "reward" in h]
-    calls = sum(h.get("tools/call_frequency", 0.0) for h in hist) / max(1, len(hist))
-    rollouts = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
-    print(f"GRPO step on the tiny model, {args.search_method} search: {rollouts} rollouts "
-          f"({rollouts // cfg.num_generations} questions x {cfg.num_generations}), {calls:.2f} tool calls per "
-          f"rollout, mean over {len(steps)} steps after warm-up")
-    for name, sec in parts.items():
-        print(f"  {name:<38} {sec:7.3f} s  {100 * sec / mean['step']:5.1f}%")
-    print(f"  {'total step':<38} {mean['step']:7.3f} s")
-    share = (parts["tool execution"] + parts["reward computation"]) / mean["step"]
-    print(f"tools + rewards = {100 * share:.1f}% of the step")
-    out = ROOT / "runs" / "bench" / f"grpo_step_{args.search_method}.json"
+    return {"step": mean["step"], "parts": parts, "per_step": per_step,
+            "generate_calls": mean.get("generate_calls", 0), "new_tokens": mean.get("new_tokens", 0),
+            "padded_tokens": mean.get("padded_tokens", 0), "prompt_tokens": mean.get("prompt_tokens", 0),
+            "gen_s_per_1k_tokens": 1000 * mean.get("generation", 0.0) / max(mean.get("new_tokens", 0.0), 1.0),
+            "tool_calls_per_rollout": sum(h.get("tools/call_frequency", 0.0) for h in hist) / max(1, len(hist)),
+            "reward": [h["reward"] for h in hist], "bf16": bool(args.bf16),
+            "rollouts": cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps,
+            "max_completion_length": cfg.max_completion_length}
+
+
+def report(results: dict, env: str) -> None:
+    """Print the split of every variant and the step-time ratio of the first to the last."""
+    first = next(iter(results.values()))
+    print(f"\nGRPO step, cpu_smol-shaped, env {env}: {first['rollouts']} rollouts a step, means over the steps")
+    names = list(results)
+    print(f"  {'part':<42}" + "".join(f"{n:>16}" for n in names))
+    for part in first["parts"]:
+        print(f"  {part:<42}" + "".join(f"{results[n]['parts'][part]:>14.1f} s" for n in names))
+    print(f"  {'total step':<42}" + "".join(f"{results[n]['step']:>14.1f} s" for n in names))
+    for key, label in (("generate_calls", "generate calls"), ("new_tokens", "generated tokens (all rows)"),
+                       ("padded_tokens", "generated incl. padding (rows x longest)"),
+                       ("gen_s_per_1k_tokens", "generation s per 1k generated tokens"),
+                       ("tool_calls_per_rollout", "tool calls per rollout")):
+        print(f"  {label:<42}" + "".join(f"{results[n][key]:>16.2f}" for n in names))
+    print(f"  {'bf16 training / completion budget':<42}" + "".join(
+        f"{str(results[n]['bf16']) + ' / ' + str(results[n]['max_completion_length']):>16}" for n in names))
+    if len(names) > 1:
+        a, b = results[names[0]], results[names[-1]]
+        print(f"step time {names[0]} / {names[-1]}: {a['step'] / b['step']:.2f}x; generation per 1k tokens: "
+              f"{a['gen_s_per_1k_tokens'] / max(b['gen_s_per_1k_tokens'], 1e-9):.2f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="cpu_smol")
+    ap.add_argument("--env", default="sql")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--variants", default="before,after", help="comma-separated, of: " + ", ".join(VARIANTS))
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="a preset value, as agentrl's --set")
+    ap.add_argument("--sft-steps", type=int, default=40, help="SFT steps of the adapter built when the preset's is "
+                                                               "missing (0: a fresh LoRA instead)")
+    args = ap.parse_args()
+    os.chdir(ROOT)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown variant(s) {unknown} (known: {', '.join(VARIANTS)})")
+    results = {}
+    for name in variants:
+        print(f"--- variant {name}")
+        results[name] = run_variant(load_preset(args.config, args.env, args.sets, name, args.sft_steps), args.steps)
+    report(results, args.env)
+    out = ROOT / "runs" / "bench" / f"grpo_step_{args.env}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"parts": parts, "step": mean["step"], "tools_rewards_share": share,
-                               "tool_calls_per_rollout": calls, "per_step": per_step}, indent=2))
+    out.write_text(json.dumps({"config": args.config, "env": args.env, "steps": args.steps, "sets": args.sets,
+                               "variants": results}, indent=2))
     print(f"wrote {out}")
 
 

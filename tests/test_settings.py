@@ -41,6 +41,9 @@ NO_MODEL = "grpo.model.name=/nonexistent/model"  # a run that got as far as load
     (["sample", "--items", "-170"], "--items: sample.items: must be a positive number of items (got -170)"),
     (["grpo", "--set", "grpo.per_device_train_batch_size=3"],
      "[grpo]: TRL's GRPOConfig refuses these settings"),
+    (["grpo", "--set", "grpo.merge_for_generation=on", "--set", "grpo.use_vllm=true"],
+     "grpo.merge_for_generation: vLLM generates from its own copy of the weights"),
+    (["grpo", "--set", "grpo.merge_for_generation=yes"], "grpo.merge_for_generation: 'yes' is not one of"),
 ])
 def test_every_bad_value_exits_2_naming_where_it_was_written_before_any_model_loads(args, message, capsys):
     """A model that does not exist is set too: a run that got to loading it would fail on that instead."""

@@ -226,3 +226,41 @@ def test_an_interrupt_stops_scoring_and_yields_zeros_not_a_verdict():
     env.reset(**task)
     assert not env._cancel.is_set()
     assert said(env.execute_sql, f"SELECT COUNT(*) FROM {quote('Cities')}") == "COUNT(*)\n5"
+
+
+# ----------------------------------------------------------------------------- the dense overlap (sql_overlap)
+
+GOLD_NORLAND = "SELECT City FROM Cities WHERE Country = 'Norland'"  # Arden, Calder
+
+
+@pytest.mark.parametrize("queries,expected", [
+    ([GOLD_NORLAND], 1.0),  # the gold result: full credit, as exec
+    (["SELECT City FROM Cities WHERE Country = 'Sudria'"], 0.3),  # the right column, none of the gold rows
+    (["SELECT City FROM Cities"], 0.3 + 0.7 * 2 / 5),  # the right column, every row: 2 of the 5 are gold
+    (["SELECT City FROM Cities WHERE Population > 100000"], 0.3 + 0.7 * 2 / 3),  # Arden, Calder + Montréal
+    (["SELECT * FROM Cities WHERE Country = 'Norland'"], 0.0),  # extra columns earn nothing
+    (["SELECT City, Country FROM Cities WHERE Country = 'Norland'"], 0.0),
+    (["SELECT Country FROM Cities"], 0.0),  # no gold column
+    (["SELECT 'Arden' AS City UNION SELECT 'Calder'"], 0.0),  # constant: does not read the table
+    (["SELECT * FROM Cities", "SELECT City FROM Cities"], 0.3 + 0.7 * 2 / 5),  # the best SELECT counts
+])
+def test_the_dense_overlap_credits_gold_columns_and_rows_and_nothing_for_extra_columns(queries, expected):
+    scores = episode(select_task(["Arden", "Calder"], GOLD_NORLAND), *queries, answer="Arden")
+    assert scores["overlap"] == pytest.approx(expected), queries
+    assert scores["overlap"] <= 1.0 and (scores["overlap"] == 1.0) == (scores["exec"] == 1.0)
+
+
+def test_the_dense_overlap_of_a_write_task_is_its_progress_toward_the_gold_table():
+    gold = "UPDATE Cities SET Population = 1 WHERE Country = 'Norland'"
+    task = modify_task(gold)
+    assert episode(task, gold)["overlap"] == 1.0
+    half = episode(task, "UPDATE Cities SET Population = 1 WHERE City = 'Arden'")["overlap"]
+    assert 0.0 < half < 1.0
+    assert episode(task, "DELETE FROM Cities")["overlap"] == 0.0  # away from the gold table
+
+
+def test_the_sql_overlap_reward_is_a_preset_reward_that_a_grpo_run_accepts():
+    from agentrl.train.configs import GRPOSettings
+
+    settings = GRPOSettings.of(env="sql", sql={"rewards": {"sql_overlap": 1.0, "format": 0.1}})
+    assert settings.reward_names() == ["sql_overlap", "format"]

@@ -48,6 +48,21 @@ def measured() -> dict | None:
         return None
 
 
+_SAID: set[str] = set()
+
+
+def unmeasured_line(kind: str, requested: str = "auto") -> str | None:
+    """Return the line that says CPU ``kind`` runs in fp32 only because bf16 was never measured here (the CPU has it,
+    the setting is "auto", there is no measurement), once per process and kind; None otherwise or when said."""
+    requested = os.environ.get("AGENTRL_CPU_PRECISION") or requested or "auto"
+    if requested != "auto" or kind in _SAID or measured() is not None or not cpu_has_bf16():
+        return None
+    _SAID.add(kind)
+    return (f"CPU {kind} in fp32: this CPU has bf16 but it was never measured here ({measurement_path()} is missing); "
+            "`uv run python benchmarks/cpu_precision.py` measures it (bf16 trained 2.05x faster on a 2-core EPYC, "
+            "docs/results.md), or set model.cpu_precision = \"bf16\"")
+
+
 def use_bf16(kind: str, requested: str = "auto") -> bool:
     """Return whether CPU ``kind`` ("train" or "generate") runs in bf16: ``requested`` (or the environment
     variable) "bf16" / "fp32" decides; "auto" takes bf16 when the CPU has it and the measurement shows it at least

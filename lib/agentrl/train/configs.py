@@ -153,6 +153,11 @@ class GRPOSettings(TRLSettings):
     judge: JudgeConfig | None = None  # the LLM judge of a ``judge`` reward
     items: str | None = None  # a sample run (or its filtered.json): train only on the items it kept (difficulty filter)
     skip_equal_groups: bool = True  # groups whose rewards are all equal carry no loss (agentrl.train.trainers)
+    # rollouts generated with the LoRA adapter merged into a copy of the weights (agentrl.train.lora_merge): "auto" =
+    # on a CPU (measured faster there, benchmarks/grpo_step.py; the copy costs GPU memory), "on", "off"
+    merge_for_generation: Literal["auto", "on", "off"] = "auto"
+    # a group's identical prompts read once in the first turn (agentrl.train.shared_prefill; transformers generation)
+    share_prompt_prefill: bool = True
     eval_every: int = 0  # steps between held-out agent evaluations (0 = only at the end)
     eval_questions: int | None = None  # held-out items evaluated (the first of the env's heldout split; None: all)
     eval_max_new_tokens: int = 256
@@ -170,6 +175,9 @@ class GRPOSettings(TRLSettings):
             _NOTED.add(key)  # an old preset's [grpo] top_k meant the search tool's: now it is TRL's sampling top_k
             print(f"note: grpo.{key} is TRL's GRPOConfig.{key}; the {spec.name} environment's {key} is "
                   f"[grpo.{spec.name}] {key}")
+        if self.merge_for_generation == "on" and self.use_vllm:
+            raise SettingError("merge_for_generation", "vLLM generates from its own copy of the weights (the adapter "
+                                                       "is synced into it); set it to \"auto\" or \"off\"")
         shape = self.model.lora.given() if self.adapter else []
         if shape:
             raise SettingError(f"model.lora.{shape[0]}", f"GRPO continues from the adapter {self.adapter}, whose "

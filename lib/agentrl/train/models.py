@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from agentrl.core.config import Moved
-from agentrl.core.cpu_precision import use_bf16
+from agentrl.core.cpu_precision import unmeasured_line, use_bf16
 from agentrl.core.device import cuda_dtype, cuda_native_bf16
 from agentrl.core.io import DataError
 from agentrl.rollout.local import load_tokenizer
@@ -226,7 +226,11 @@ def cuda_precision(cfg: ModelConfig | None = None) -> dict[str, bool]:
     else both False."""
     cuda = cuda_available()
     if not cuda:
-        return {"bf16": use_bf16("train", cfg.cpu_precision if cfg else "auto"), "fp16": False}
+        requested = cfg.cpu_precision if cfg else "auto"
+        line = unmeasured_line("training", requested)
+        if line:
+            print(line)
+        return {"bf16": use_bf16("train", requested), "fp16": False}
     native = cuda and cuda_native_bf16()
     return {"bf16": native, "fp16": cuda and not native}
 

@@ -20,6 +20,15 @@ changes one):
 - ``_calculate_rewards``: each task family's weighted total reward and headline success (``<family>/reward``,
   ``<family>/success``: a mixture's per family; one family's otherwise). The rewards of one function reach a reward
   function, never the weighted total.
+- ``_generate``: the rollouts with the LoRA adapter merged into a copy of the weights (``merge_for_generation``,
+  agentrl.train.lora_merge): the whole tool loop, and nothing after it (the loss's forward passes run unmerged).
+  Said in one line at the first step, with the reason where it cannot be done.
+- ``_generate_single_turn``: a first turn whose prompts are runs of ``num_generations`` identical ones reads each
+  distinct prompt once (``share_prompt_prefill``, agentrl.train.shared_prefill) on TRL's transformers generation
+  path; every other turn and backend is TRL's own.
+- ``_get_per_token_logps_and_entropies``: the loss's (and any log-prob) forward pass reads each distinct prompt of a
+  micro-batch once, the completions on top of its copied cache (``share_prompt_prefill``); a batch with images, an
+  MoE auxiliary loss, Liger's chunked path or no repeated prompt is TRL's own.
 """
 
 from __future__ import annotations
@@ -31,6 +40,13 @@ import os
 
 from agentrl.envs import registry
 from agentrl.rollout.rewards import episode_metrics
+from agentrl.train.lora_merge import merge_cost, mergeable, merged_for_generation
+from agentrl.train.shared_prefill import (
+    completions_until_eos,
+    generate_shared,
+    repeated_groups,
+    shared_prompt_logits,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +58,9 @@ OVERRIDES = {
     "_generate_and_score_completions": "(self, inputs: list[dict[str, torch.Tensor | typing.Any]]) -> "
                                        "dict[str, torch.Tensor | typing.Any]",
     "_calculate_rewards": "(self, inputs, prompts, completions, completion_ids_list)",
+    "_generate": "(self, prompts: list)",
+    "_generate_single_turn": "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)",
+    "_get_per_token_logps_and_entropies": "(self, model, *args, batch_size=None, compute_aux_loss=False, **kwargs)",
 }
 
 
@@ -95,6 +114,72 @@ class AgentGRPOTrainer:
     (:func:`grpo_trainer_class`). Reads the run's settings from ``self.args.agentrl``."""
 
     _budget_warned = False
+    _merge: bool | None = None  # decided at the first rollout (merge_plan)
+
+    def _generate(self, prompts):
+        if self._merge is None:
+            model = self.accelerator.unwrap_model(self.model)
+            self._merge, line = merge_plan(getattr(self.args, "agentrl", None), model, self.use_vllm,
+                                           self.args.use_cpu)
+            if line:
+                print(line)
+        if not self._merge:
+            return super()._generate(prompts)
+        with merged_for_generation(self.accelerator.unwrap_model(self.model)):
+            return super()._generate(prompts)
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        settings = getattr(self.args, "agentrl", None)
+        if (not getattr(settings, "share_prompt_prefill", False) or self.use_vllm
+                or self.use_transformers_continuous_batching or images or multimodal_fields or self._is_vlm
+                or not repeated_groups(prompt_ids, num_generations)):
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
+        import torch
+        from trl.models import unwrap_model_for_generation
+
+        with (unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                          gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                                          generation_kwargs=self.generation_kwargs) as model,
+              torch.no_grad(), self._dist.summon_full_params(self.model_wrapped, recurse=False)):
+            sequences = generate_shared(model, prompt_ids, num_generations, self.generation_config,
+                                        self._tokenizer.pad_token_id, self.accelerator.device)
+        width = max(len(p) for p in prompt_ids)
+        return completions_until_eos(sequences[:, width:], self.eos_token_ids), None
+
+    def _get_per_token_logps_and_entropies(self, model, *args, batch_size=None, compute_aux_loss=False, **kwargs):
+        logps = self._shared_logps(model, *args, batch_size=batch_size, compute_aux_loss=compute_aux_loss, **kwargs)
+        if logps is not None:
+            return logps
+        return super()._get_per_token_logps_and_entropies(model, *args, batch_size=batch_size,
+                                                          compute_aux_loss=compute_aux_loss, **kwargs)
+
+    def _shared_logps(self, model, input_ids=None, attention_mask=None, logits_to_keep=None, batch_size=None,
+                      compute_entropy=False, compute_aux_loss=False, **extra):
+        """TRL's ``_full_logits_logps`` with each distinct prompt read once; None where TRL's own must run."""
+        settings = getattr(self.args, "agentrl", None)
+        if (not getattr(settings, "share_prompt_prefill", False) or compute_aux_loss or self.use_liger_kernel
+                or input_ids is None or any(v is not None for v in extra.values())
+                or (batch_size is not None and batch_size < input_ids.size(0))):
+            return None
+        from trl.trainer.utils import selective_log_softmax, selective_log_softmax_and_entropy
+
+        logits = shared_prompt_logits(model, input_ids, attention_mask, logits_to_keep)
+        if logits is None:
+            return None
+        if model.training:  # the share of rows whose prompt was not read again (logged per step)
+            rows = input_ids.size(0)
+            distinct = len({tuple(r) for r in input_ids[:, :-logits_to_keep].tolist()})
+            self._metrics["train"]["prompts/reused"].append((rows - distinct) / rows)
+        completion_ids = input_ids[:, -logits_to_keep:]
+        row_mask = attention_mask[:, -logits_to_keep:]
+        if not compute_entropy:
+            return selective_log_softmax(logits, completion_ids, temperature=self.temperature,
+                                         row_mask=row_mask), None, None
+        logps, entropies = selective_log_softmax_and_entropy(logits, completion_ids,
+                                                             entropy_requires_grad=self._entropy_bonus_enabled,
+                                                             temperature=self.temperature, row_mask=row_mask)
+        return logps, entropies, None
 
     def _tool_call_loop(self, *args, **kwargs):
         out = super()._tool_call_loop(*args, **kwargs)
@@ -143,6 +228,20 @@ class AgentGRPOTrainer:
         for key, value in family_summary([x.get("env") for x in inputs], total.tolist(), success).items():
             self._log_metric(key, value)
         return per_func
+
+
+def merge_plan(settings, model, use_vllm: bool, on_cpu: bool) -> tuple[bool, str | None]:
+    """Return ``(merge, line)``: whether rollouts run with the adapter merged (``settings.merge_for_generation``:
+    "auto" = on a CPU, where it is measured faster; never with vLLM, which holds its own weights) and the line that
+    says so, or why a requested merge cannot be done (None when there is nothing to say)."""
+    wanted = getattr(settings, "merge_for_generation", "off")
+    if wanted == "off" or use_vllm or (wanted == "auto" and not on_cpu):
+        return False, None
+    why = mergeable(model)
+    if why:
+        return False, f"merge_for_generation: rollouts run with the adapter unmerged ({why})"
+    return True, (f"merge_for_generation: rollouts run with the LoRA adapter merged into a copy of the weights "
+                  f"({merge_cost(model) / 2**20:.0f} MB while generating; merge_for_generation = \"off\" turns it off)")
 
 
 def _count(t):

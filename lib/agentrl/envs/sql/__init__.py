@@ -126,7 +126,8 @@ ENVIRONMENT = Environment(
     name="sql", summary="AgentBench DB Bench tasks in a SQLite (or MariaDB) sandbox with an execute_sql tool",
     build=build, rows=rows, settings=SQLSettings, env_class="agentrl.envs.sql.env:SQLEnv", score=score,
     prompts=PROMPTS,
-    rewards={"sql_execution": 1.0, "format": 0.1}, reward_metrics={"sql_execution": "exec", "sql_answer": "em"},
+    rewards={"sql_execution": 1.0, "format": 0.1}, reward_metrics={"sql_execution": "exec", "sql_answer": "em",
+                                                          "sql_overlap": "overlap"},
     metrics=("exec",), demo_items=12, folder=__name__,
     metrics_note="`acc`/`em`/`f1` are the headline: AgentBench's verdict on the `<answer>` (SELECT) or on the final "
                  "table (INSERT/UPDATE/DELETE). `result_match` asks something else: whether a SELECT the agent ran "

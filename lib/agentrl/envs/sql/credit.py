@@ -9,12 +9,19 @@
   values are the identical copy's, so a result read after the episode wrote its answer into the table earns nothing.
 - A write task earns partial credit only for moving the table toward the gold one: the multiset Jaccard overlap
   of the final table with the expected table must exceed the initial table's (``DELETE FROM t`` does not).
+- The dense ``overlap`` (:func:`overlap_credit`, the ``sql_overlap`` reward) grades a data-dependent SELECT
+  against the gold statement's result: the share of the gold result's columns it selected, times 0.3 + 0.7 x the
+  multiset Jaccard overlap of its rows with the gold rows on those columns. A result with any column the gold
+  result does not have earns 0, so ``SELECT *`` earns nothing (unless the gold result is the whole table), and the
+  right column read for every row earns 0.3 plus the share of those rows that are gold ones.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+
+from agentrl.envs.sql.dbbench import normalize_value
 
 VARIANTS = ("scrambled", "duplicated", "halved")
 _NUMBER = re.compile(r"^\s*(-?)(\d+)(?:\.(\d*))?\s*$")
@@ -82,3 +89,23 @@ def progress(initial: Counter | None, final: Counter | None, expected: Counter |
         return 0.0
     start = jaccard(initial, expected)
     return max(0.0, (jaccard(final, expected) - start) / (1 - start)) if start < 1 else 0.0
+
+
+def column_key(name: str) -> str:
+    """Return a result column's name as the overlap compares it: lower-case, without quotes, backticks, brackets or
+    spaces (``"Nation"``, `` `nation` `` and ``nation`` are one column)."""
+    return re.sub(r"[\s\"`\[\]]", "", str(name)).lower()
+
+
+def overlap_credit(columns: list[str], rows: list[tuple], gold_columns: list[str], gold_rows: list[tuple]) -> float:
+    """Return the dense credit (module docstring) of a result (``columns``, ``rows``) against the gold statement's
+    result: 0 when it has a column the gold result lacks, a repeated column, or no column of it; else the share of the
+    gold columns it has x (0.3 + 0.7 x the multiset Jaccard overlap of the rows on those columns)."""
+    pred, gold = [column_key(c) for c in columns], [column_key(c) for c in gold_columns]
+    if not pred or len(set(pred)) != len(pred) or not set(pred) <= set(gold):
+        return 0.0
+    shared = [c for c in dict.fromkeys(gold) if c in pred]
+    mine, theirs = [pred.index(c) for c in shared], [gold.index(c) for c in shared]
+    a = Counter(tuple(normalize_value(r[i]) for i in mine) for r in rows)
+    b = Counter(tuple(normalize_value(r[i]) for i in theirs) for r in gold_rows)
+    return len(shared) / len(set(gold)) * (0.3 + 0.7 * jaccard(a, b))

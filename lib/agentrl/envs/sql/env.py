@@ -22,6 +22,10 @@ Metrics of an episode:
   says; otherwise the partial credit (default 0.1; the Jaccard overlap with the expected rows when ``jaccard`` is
   on and that is larger): on a SELECT task for having read the task's table, on a write task only for moving the
   table toward the gold one; 0 otherwise.
+- ``overlap``, the dense credit the ``sql_overlap`` reward pays: 1 when ``exec`` is; otherwise, on a SELECT task,
+  the best data-dependent SELECT's grade against the gold statement's result (agentrl.envs.sql.credit.overlap_credit:
+  the gold columns it selected x its rows' overlap with the gold rows; an extra column earns 0), on a write task
+  how far the table moved toward the gold one (credit.progress); 0 when the gold statement does not run.
 - ``unscorable``: 1 when the headline cannot be computed (the gold statement fails and there is no
   ``answer_md5``); the reason goes to the trajectory's metadata (``unscorable_reason``).
 - ``em``/``f1``/``acc``/``precision``/``recall``: the headline 0/1 match: ``agentbench`` under the default
@@ -47,7 +51,15 @@ from dataclasses import dataclass
 from agentrl.core.io import DataError
 from agentrl.envs.base import ToolError, row_metadata
 from agentrl.envs.sql.agentbench import compare_results, has_answer_md5, hash_answer, modify_correct, table_hash
-from agentrl.envs.sql.credit import VARIANTS, closer_to_gold, jaccard, perturbed_tables, progress, result_key
+from agentrl.envs.sql.credit import (
+    VARIANTS,
+    closer_to_gold,
+    jaccard,
+    overlap_credit,
+    perturbed_tables,
+    progress,
+    result_key,
+)
 from agentrl.envs.sql.dbbench import answer_matches, normalize_value, values_match
 from agentrl.envs.sql.lex import fold_map, hash_dialect, match_accents, mysql_to_sqlite
 from agentrl.envs.sql.sandbox import (
@@ -309,7 +321,41 @@ class SQLEnv:
 
     def _rerun(self, query: str, variant: str) -> tuple[list, bool] | None:
         """Run a query of the episode on a copy of the initial table (``base`` or a perturbation of
-        agentrl.envs.sql.credit); return ``(values, complete)``, or None when it fails or writes."""
+        agentrl.envs.sql.credit); return ``(values, complete)``, or None when it fails, writes or returns no
+        columns."""
+        result = self._rerun_table(query, variant)
+        return None if result is None else ([v for r in result[1] for v in r], result[2])
+
+    def _gold_query(self) -> str | None:
+        """The task's gold statement as this backend runs it (None without one)."""
+        gold = self._meta.get("sql")
+        if not gold:
+            return None
+        return match_accents(mysql_to_sqlite(gold, self._meta["table"]["table_name"], double_quoted_strings=True),
+                             self._stored())
+
+    def _overlap_credit(self) -> float:
+        """Return the best dense credit (agentrl.envs.sql.credit.overlap_credit) of the episode's data-dependent SELECTs
+        against the gold statement's result on the initial table; 0 when the gold statement does not run."""
+        gold_query = self._gold_query()
+        gold = self._rerun_table(gold_query, "base") if gold_query else None
+        if gold is None:
+            return 0.0
+        best, seen = 0.0, set()
+        for sel in self._selects:
+            if sel.query in seen or best >= 1.0:
+                continue
+            seen.add(sel.query)
+            if self._dependent_result(sel) is None:
+                continue
+            mine = self._rerun_table(sel.query, "base")
+            if mine is not None:
+                best = max(best, overlap_credit(mine[0], mine[1], gold[0], gold[1]))
+        return best
+
+    def _rerun_table(self, query: str, variant: str) -> tuple[list[str], list[tuple], bool] | None:
+        """Run a query on a copy of the initial table (``base`` or a perturbation); return ``(columns, rows,
+        complete)``, or None when it fails, writes or returns no columns."""
         self._check_cancel()
         conn = self._copy(variant)
         before = conn.total_changes
@@ -321,7 +367,7 @@ class SQLEnv:
         if conn.total_changes != before:  # a write is no read of the data (and the copy is spoilt)
             self._drop_copy(variant)
             return None
-        return ([v for r in rows for v in r], complete) if columns else None
+        return (list(columns), list(rows), complete) if columns else None
 
     def _copy(self, variant: str) -> sqlite3.Connection:
         if variant not in self._copies:
@@ -400,6 +446,7 @@ class SQLEnv:
             result, state = executed, 0.0
             headline = agentbench if self._scoring == "agentbench" else answered
             partial = self._partial if self._selects else 0.0  # read the task's table
+            dense = 1.0 if executed else self._cached("overlap", self._overlap_credit)
         else:
             gold = self._gold()
             final = self._cached("final", self._final_state)
@@ -413,15 +460,16 @@ class SQLEnv:
             if (truth if self._scoring == "agentbench" else expected) is None:
                 unscorable = 1.0
                 self._notes["unscorable_reason"] = f"the gold statement fails on {self.BACKEND}: {gold.error}"
+            dense = 1.0 if executed else progress(self._initial, final, expected)
             if self._jaccard:
-                overlap = progress(self._initial, final, expected)
+                overlap = dense
             moved = bool(self._changed) and closer_to_gold(self._initial, final, expected)
             partial = self._partial if moved else 0.0
             answered, result, state = False, False, float(executed)
             headline = agentbench if self._scoring == "agentbench" else executed
         exec_score = 1.0 if executed else max(partial, overlap)
         m = float(headline)
-        return {"exec": exec_score, "answer_match": float(answered), "state_match": state,
+        return {"exec": exec_score, "overlap": dense, "answer_match": float(answered), "state_match": state,
                 "result_match": float(result), "agentbench": float(agentbench), "unscorable": unscorable,
                 "em": m, "f1": m, "acc": m, "precision": m, "recall": m}
 
@@ -441,7 +489,8 @@ def _jaccard(a: Counter, b: Counter) -> float:
     return jaccard(a, b)
 
 
-METRIC_KEYS = ("exec", "answer_match", "state_match", "result_match", "agentbench", "unscorable", "em", "f1", "acc",
+METRIC_KEYS = ("exec", "overlap", "answer_match", "state_match", "result_match", "agentbench", "unscorable", "em", "f1",
+               "acc",
                "precision", "recall")
 
 

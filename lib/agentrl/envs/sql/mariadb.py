@@ -368,9 +368,13 @@ class MariaDBEnv(SQLEnv):
             with self._scratch_lock:
                 self._scratch.difference_update(used)
 
-    def _rerun(self, query: str, variant: str) -> tuple[list, bool] | None:
+    def _gold_query(self) -> str | None:
+        """The task's gold statement (MySQL: this backend runs it as written)."""
+        return self._meta.get("sql") or None
+
+    def _rerun_table(self, query: str, variant: str) -> tuple[list[str], list[tuple], bool] | None:
         """Run a read of the episode's on a copy of the initial table (a database of its own, SELECT only for the
-        episode's user), on the episode's connection; ``(values, complete)`` or None when it fails."""
+        episode's user), on the episode's connection; ``(columns, rows, complete)`` or None when it fails."""
         import pymysql
 
         keyword = first_keyword(query)
@@ -391,7 +395,7 @@ class MariaDBEnv(SQLEnv):
         except (pymysql.MySQLError, ValueError):
             self._check_cancel()
             return None
-        return ([v for r in rows for v in r], complete) if columns else None
+        return (list(columns), list(rows), complete) if columns else None
 
     def _variant(self, variant: str) -> str:
         """The database holding the ``variant`` copy of the initial table (agentrl.envs.sql.credit), created on
