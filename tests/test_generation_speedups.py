@@ -10,7 +10,9 @@ from agentrl.train.configs import GRPOSettings
 from agentrl.train.grpo import run_grpo
 from agentrl.train.lora_merge import mergeable, merged_for_generation
 from agentrl.train.shared_prefill import (
+    common_prefix,
     completions_until_eos,
+    generate_from_common_prefix,
     generate_shared,
     left_pad,
     repeated_groups,
@@ -88,6 +90,21 @@ def test_a_group_prompt_read_once_generates_the_tokens_of_reading_every_copy(tin
     assert torch.equal(once, every_copy)
     cut = completions_until_eos(once[:, ids.size(1):], [tok.eos_token_id])
     assert len(cut) == 9 and all(c == cut[0] for c in cut[:3])
+
+
+def test_a_turn_reading_the_rows_common_prefix_once_generates_the_tokens_of_the_left_padded_batch(tiny_model):
+    model, tok = tiny_with_lora(tiny_model)
+    system = "You are a database agent. Use the execute_sql tool to inspect and query the SQLite database. "
+    texts = ["Count the rows.", "Which city is the largest one in the table of cities, by population?", "Hi",
+             "Name the nation with the most gold medals, then explain how you found it."]
+    rows = [tok(system + t)["input_ids"] for t in texts]  # a tool turn's rows: one prefix, different lengths
+    assert common_prefix(rows) >= 16 and common_prefix([[1, 2, 3], [1, 2]]) == 1
+    ids, mask = left_pad(rows, tok.pad_token_id)
+    with torch.no_grad():
+        batch = model.generate(input_ids=ids, attention_mask=mask, generation_config=greedy(tok))
+        once, width = generate_from_common_prefix(model, rows, greedy(tok), tok.pad_token_id, "cpu")
+    assert torch.equal(once[:, width:], batch[:, ids.size(1):])
+    assert generate_from_common_prefix(model, [[5, 6, 7], [8, 9]], greedy(tok), tok.pad_token_id, "cpu") is None
 
 
 def test_the_loss_forward_with_each_prompt_read_once_gives_the_logits_and_gradients_of_the_full_rows(tiny_model):

@@ -1,20 +1,19 @@
-"""A GRPO group's prompt read once, in its rollouts' first turn and in the loss's forward pass: the distinct prompts
-go through the model once, their key/value cache is copied to every completion of the group.
+"""Prompt tokens a GRPO step shares, read once: in every turn of the rollouts and in the loss's forward pass.
 
-TRL's transformers generation path passes each prompt ``num_generations`` times to ``generate``, which reads
-(prefills) every copy: on cpu_smol's SQL step the 16 prompts of ~376 tokens are 6,000 prompt tokens, several times
-the tokens the rollouts then generate (docs/results.md, benchmarks/grpo_step.py). Here the 4 distinct prompts are read
-once, all but their last token, and the cache is repeated; ``generate`` then reads each copy's last token and samples
-as before: same positions (from the attention mask, as ``generate`` computes them), same padding (the longest prompt
-is among the distinct ones), same sampling. Only a batch of consecutive identical prompts takes this path (the first
-turn; a tool turn's conversations differ and go TRL's way). vLLM caches prefixes itself and never comes here.
+TRL's transformers generation path reads (prefills) every row's whole conversation at every turn: on cpu_smol's SQL
+step the 16 rows of ~376 prompt tokens are 6,000 prompt tokens in the first turn and ~7,500 again in the turn after
+the tool call, several times the tokens the rollouts generate (docs/results.md, benchmarks/grpo_step.py). Most of a
+row is shared: the system prompt and the tool schema by every row, the whole prompt by a group's rollouts.
 
-The loss reads the same prompts again, with gradients: 16 rows of prompt + completion a step, where the prompt is
-most of the tokens (SQL: ~376 prompt tokens against a median episode of 95). :func:`shared_prompt_logits` runs the
-distinct prompts of a micro-batch once (all but their last token) and the completions on top of the copied cache; the
-gradient flows back through the copy into the shared prompt's pass, so the LoRA gradient is the one of the full
-forward. Positions are what the model gives a forward without ``position_ids`` (TRL passes none): consecutive from
-the row's first column, padding included, in both halves.
+- Generation (:func:`generate_from_common_prefix`): the prefix all rows share is read once and its key/value cache
+  copied to every row; each row's own tokens are left-padded *between* that prefix and themselves, masked out, and
+  ``generate`` derives positions from the attention mask, so every row sees the tokens and positions of TRL's
+  left-padded batch (greedy tokens identical, tested). Where the common prefix is short, a first turn's repeated
+  prompts are read once each instead (:func:`generate_shared`). vLLM caches prefixes itself and never comes here.
+- The loss (:func:`shared_prompt_logits`): a micro-batch's distinct prompts once (all but their last token), the
+  completions on top of the copied cache; the gradient flows back through the copy into the shared pass, so the
+  LoRA gradient is the one of the full forward. Positions are what the model gives a forward without
+  ``position_ids`` (TRL passes none): consecutive from the row's first column, padding included, in both halves.
 """
 
 from __future__ import annotations
@@ -61,6 +60,48 @@ def generate_shared(model, prompt_ids: list[list[int]], n: int, generation_confi
     cache.batch_repeat_interleave(n)
     return model.generate(input_ids=ids.repeat_interleave(n, 0), attention_mask=mask.repeat_interleave(n, 0),
                           past_key_values=cache, generation_config=generation_config)
+
+
+MIN_PREFIX = 16  # a shorter common prefix is not worth a second forward call
+
+
+def common_prefix(rows: list[list[int]]) -> int:
+    """Return the length of the longest prefix every row shares, short of each row's last token (generate must read
+    at least one token of every row itself)."""
+    if not rows:
+        return 0
+    limit = min(len(r) for r in rows) - 1
+    first = rows[0]
+    n = 0
+    while n < limit and all(r[n] == first[n] for r in rows):
+        n += 1
+    return n
+
+
+def generate_from_common_prefix(model, prompt_ids: list[list[int]], generation_config, pad_id: int, device):
+    """Return ``(sequences, width)``: what ``model.generate`` samples for ``prompt_ids`` with the prefix all rows
+    share (the system prompt and tool schema; in a tool turn also nothing more, the conversations differ) read once,
+    and the width of the input part of ``sequences``; None when the common prefix is shorter than
+    :data:`MIN_PREFIX`. The rows' own tokens are left-padded between the shared prefix and themselves, masked out:
+    positions come from the attention mask (as ``generate`` derives them), so every row sees the positions and
+    tokens of TRL's left-padded batch. Call it under ``torch.no_grad()``."""
+    import torch
+
+    n = common_prefix(prompt_ids)
+    if n < MIN_PREFIX:
+        return None
+    prefix = torch.tensor([prompt_ids[0][:n]], dtype=torch.long, device=device)
+    out = model(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    if cache is None:  # no cache kept (gradient checkpointing in training mode)
+        return None
+    cache.batch_repeat_interleave(len(prompt_ids))
+    rest, rest_mask = left_pad([r[n:] for r in prompt_ids], pad_id)
+    ids = torch.cat([prefix.expand(len(prompt_ids), -1), rest.to(device)], dim=1)
+    mask = torch.cat([torch.ones_like(ids[:, :n]), rest_mask.to(device)], dim=1)
+    sequences = model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache,
+                               generation_config=generation_config)
+    return sequences, ids.size(1)
 
 
 def completions_until_eos(completion_ids, eos_ids: list[int]) -> list[list[int]]:

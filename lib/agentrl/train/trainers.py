@@ -23,9 +23,9 @@ changes one):
 - ``_generate``: the rollouts with the LoRA adapter merged into a copy of the weights (``merge_for_generation``,
   agentrl.train.lora_merge): the whole tool loop, and nothing after it (the loss's forward passes run unmerged).
   Said in one line at the first step, with the reason where it cannot be done.
-- ``_generate_single_turn``: a first turn whose prompts are runs of ``num_generations`` identical ones reads each
-  distinct prompt once (``share_prompt_prefill``, agentrl.train.shared_prefill) on TRL's transformers generation
-  path; every other turn and backend is TRL's own.
+- ``_generate_single_turn``: every turn reads the prefix all its rows share (system prompt, tool schema) once, or,
+  where that is short, each distinct prompt of a first turn once (``share_prompt_prefill``,
+  agentrl.train.shared_prefill), on TRL's transformers generation path; vLLM and multimodal batches are TRL's own.
 - ``_get_per_token_logps_and_entropies``: the loss's (and any log-prob) forward pass reads each distinct prompt of a
   micro-batch once, the completions on top of its copied cache (``share_prompt_prefill``); a batch with images, an
   MoE auxiliary loss, Liger's chunked path or no repeated prompt is TRL's own.
@@ -43,6 +43,7 @@ from agentrl.rollout.rewards import episode_metrics
 from agentrl.train.lora_merge import merge_cost, mergeable, merged_for_generation
 from agentrl.train.shared_prefill import (
     completions_until_eos,
+    generate_from_common_prefix,
     generate_shared,
     repeated_groups,
     shared_prompt_logits,
@@ -131,20 +132,26 @@ class AgentGRPOTrainer:
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         settings = getattr(self.args, "agentrl", None)
         if (not getattr(settings, "share_prompt_prefill", False) or self.use_vllm
-                or self.use_transformers_continuous_batching or images or multimodal_fields or self._is_vlm
-                or not repeated_groups(prompt_ids, num_generations)):
+                or self.use_transformers_continuous_batching or images or multimodal_fields or self._is_vlm):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
         import torch
         from trl.models import unwrap_model_for_generation
 
+        device = self.accelerator.device
+        pad = self._tokenizer.pad_token_id
         with (unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                           gather_deepspeed3_params=self.args.ds3_gather_for_generation,
                                           generation_kwargs=self.generation_kwargs) as model,
               torch.no_grad(), self._dist.summon_full_params(self.model_wrapped, recurse=False)):
-            sequences = generate_shared(model, prompt_ids, num_generations, self.generation_config,
-                                        self._tokenizer.pad_token_id, self.accelerator.device)
-        width = max(len(p) for p in prompt_ids)
+            shared = generate_from_common_prefix(model, prompt_ids, self.generation_config, pad, device)
+            if shared is None and repeated_groups(prompt_ids, num_generations):
+                shared = (generate_shared(model, prompt_ids, num_generations, self.generation_config, pad, device),
+                          max(len(p) for p in prompt_ids))
+        if shared is None:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
+        sequences, width = shared
         return completions_until_eos(sequences[:, width:], self.eos_token_ids), None
 
     def _get_per_token_logps_and_entropies(self, model, *args, batch_size=None, compute_aux_loss=False, **kwargs):
