@@ -33,7 +33,7 @@ import learning  # the learning benchmark's phases (oracle demonstrations, curat
 
 ROOT = Path(__file__).resolve().parents[1]
 # what each variant changes on top of the preset (``after`` is the preset as it is)
-VARIANTS = {"before": {"grpo": {"merge_for_generation": "off", "share_prompt_prefill": False}}, "after": {}}
+VARIANTS = {"before": {"grpo": {"merge_for_generation": "off", "share_prompt_prefill": "off"}}, "after": {}}
 
 
 class Timers(dict):

@@ -18,7 +18,7 @@ from agentrl.train.shared_prefill import (
     repeated_groups,
     shared_prompt_logits,
 )
-from agentrl.train.trainers import merge_plan
+from agentrl.train.trainers import merge_plan, share_plan
 
 
 def tiny_with_lora(tiny_model):
@@ -76,6 +76,17 @@ def test_a_model_without_an_adapter_is_not_merged_and_a_requested_merge_says_why
     assert merge_plan(auto, model, use_vllm=False, on_cpu=True)[0]  # "auto": on a CPU
     assert merge_plan(auto, model, use_vllm=False, on_cpu=False) == (False, None)  # a GPU: the copy costs memory
     assert merge_plan(on, model, use_vllm=True, on_cpu=True) == (False, None)  # vLLM holds its own weights
+
+
+def test_shared_prompt_reading_is_on_for_cpu_runs_and_never_on_unsloths_trainer():
+    auto, on, off = (GRPOSettings.of(share_prompt_prefill=v) for v in ("auto", "on", "off"))
+    assert share_plan(auto, unsloth=False, on_cpu=True) == (True, None)
+    assert share_plan(auto, unsloth=False, on_cpu=False) == (False, None)  # a GPU: only when asked
+    assert share_plan(on, unsloth=False, on_cpu=False) == (True, None)
+    assert share_plan(off, unsloth=False, on_cpu=True) == (False, None)
+    assert share_plan(auto, unsloth=True, on_cpu=True) == (False, None)
+    share, line = share_plan(on, unsloth=True, on_cpu=False)
+    assert not share and "not applied on the Unsloth backend" in line
 
 
 def test_a_group_prompt_read_once_generates_the_tokens_of_reading_every_copy(tiny_model):
@@ -144,8 +155,8 @@ def test_a_greedy_grpo_step_samples_the_same_rollouts_with_and_without_the_speed
              "logging_steps": 1, "seed": 3, "generation_kwargs": {"do_sample": False},
              "gradient_checkpointing": False}  # checkpointing keeps no cache: the loss would not share the prompt
     runs = {}
-    for name, speed in (("off", {"merge_for_generation": "off", "share_prompt_prefill": False}),
-                        ("on", {"merge_for_generation": "on", "share_prompt_prefill": True})):
+    for name, speed in (("off", {"merge_for_generation": "off", "share_prompt_prefill": "off"}),
+                        ("on", {"merge_for_generation": "on", "share_prompt_prefill": "on"})):
         capfd.readouterr()
         runs[name] = run_grpo(GRPOSettings.of(name=name, **table, **speed), HeldOut(), runs=tmp_path).metrics
         printed = capfd.readouterr().out

@@ -156,8 +156,9 @@ class GRPOSettings(TRLSettings):
     # rollouts generated with the LoRA adapter merged into a copy of the weights (agentrl.train.lora_merge): "auto" =
     # on a CPU (measured faster there, benchmarks/grpo_step.py; the copy costs GPU memory), "on", "off"
     merge_for_generation: Literal["auto", "on", "off"] = "auto"
-    # a group's identical prompts read once in the first turn (agentrl.train.shared_prefill; transformers generation)
-    share_prompt_prefill: bool = True
+    # prompt tokens the rows share read once, in every turn and in the loss (agentrl.train.shared_prefill): "auto" = on
+    # a CPU with the transformers backend (measured there; Unsloth and vLLM compute these passes their own way)
+    share_prompt_prefill: Literal["auto", "on", "off"] = "auto"
     eval_every: int = 0  # steps between held-out agent evaluations (0 = only at the end)
     eval_questions: int | None = None  # held-out items evaluated (the first of the env's heldout split; None: all)
     eval_max_new_tokens: int = 256

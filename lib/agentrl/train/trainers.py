@@ -25,7 +25,8 @@ changes one):
   Said in one line at the first step, with the reason where it cannot be done.
 - ``_generate_single_turn``: every turn reads the prefix all its rows share (system prompt, tool schema) once, or,
   where that is short, each distinct prompt of a first turn once (``share_prompt_prefill``,
-  agentrl.train.shared_prefill), on TRL's transformers generation path; vLLM and multimodal batches are TRL's own.
+  agentrl.train.shared_prefill), on TRL's transformers generation path; vLLM, multimodal batches and the Unsloth
+  backend are TRL's (Unsloth's) own.
 - ``_get_per_token_logps_and_entropies``: the loss's (and any log-prob) forward pass reads each distinct prompt of a
   micro-batch once, the completions on top of its copied cache (``share_prompt_prefill``); a batch with images, an
   MoE auxiliary loss, Liger's chunked path or no repeated prompt is TRL's own.
@@ -116,6 +117,16 @@ class AgentGRPOTrainer:
 
     _budget_warned = False
     _merge: bool | None = None  # decided at the first rollout (merge_plan)
+    _share: bool | None = None  # decided at the first use (share_plan)
+
+    def _sharing(self) -> bool:
+        """Return whether this run reads shared prompt tokens once (``share_prompt_prefill``, :func:`share_plan`)."""
+        if self._share is None:
+            unsloth = any(c.__name__.startswith("Unsloth") for c in type(self).__mro__)
+            self._share, line = share_plan(getattr(self.args, "agentrl", None), unsloth, self.args.use_cpu)
+            if line:
+                print(line)
+        return self._share
 
     def _generate(self, prompts):
         if self._merge is None:
@@ -130,9 +141,8 @@ class AgentGRPOTrainer:
             return super()._generate(prompts)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        settings = getattr(self.args, "agentrl", None)
-        if (not getattr(settings, "share_prompt_prefill", False) or self.use_vllm
-                or self.use_transformers_continuous_batching or images or multimodal_fields or self._is_vlm):
+        if (self.use_vllm or self.use_transformers_continuous_batching or images or multimodal_fields or self._is_vlm
+                or not self._sharing()):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
         import torch
@@ -164,10 +174,8 @@ class AgentGRPOTrainer:
     def _shared_logps(self, model, input_ids=None, attention_mask=None, logits_to_keep=None, batch_size=None,
                       compute_entropy=False, compute_aux_loss=False, **extra):
         """TRL's ``_full_logits_logps`` with each distinct prompt read once; None where TRL's own must run."""
-        settings = getattr(self.args, "agentrl", None)
-        if (not getattr(settings, "share_prompt_prefill", False) or compute_aux_loss or self.use_liger_kernel
-                or input_ids is None or any(v is not None for v in extra.values())
-                or (batch_size is not None and batch_size < input_ids.size(0))):
+        if (compute_aux_loss or self.use_liger_kernel or input_ids is None or any(v is not None for v in extra.values())
+                or (batch_size is not None and batch_size < input_ids.size(0)) or not self._sharing()):
             return None
         from trl.trainer.utils import selective_log_softmax, selective_log_softmax_and_entropy
 
@@ -249,6 +257,19 @@ def merge_plan(settings, model, use_vllm: bool, on_cpu: bool) -> tuple[bool, str
         return False, f"merge_for_generation: rollouts run with the adapter unmerged ({why})"
     return True, (f"merge_for_generation: rollouts run with the LoRA adapter merged into a copy of the weights "
                   f"({merge_cost(model) / 2**20:.0f} MB while generating; merge_for_generation = \"off\" turns it off)")
+
+
+def share_plan(settings, unsloth: bool, on_cpu: bool) -> tuple[bool, str | None]:
+    """Return ``(share, line)``: whether the run reads shared prompt tokens once (``settings.share_prompt_prefill``:
+    "auto" = on a CPU; never on the Unsloth backend, whose trainer computes log-probs its own way) and the line that
+    says a requested one is not done (None when there is nothing to say)."""
+    wanted = getattr(settings, "share_prompt_prefill", "off")
+    if wanted == "off" or (wanted == "auto" and not on_cpu):
+        return False, None
+    if unsloth:
+        return False, ("share_prompt_prefill: not applied on the Unsloth backend (its trainer computes log-probs "
+                       "and generates its own way)") if wanted == "on" else None
+    return True, None
 
 
 def _count(t):
