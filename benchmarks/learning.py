@@ -1,34 +1,37 @@
-"""The learning table: SmolLM2-135M-Instruct base -> SFT -> GRPO on held-out items, on CPU (preset cpu_smol).
+"""The learning benchmark: SmolLM2-135M-Instruct base -> SFT -> {GRPO, DPO, rejection-sampling SFT} on held-out items
+of each environment, with 95% bootstrap intervals and paired differences to SFT (preset cpu_smol, CPU).
 
     uv run agentrl models prepare smollm2
-    uv run python benchmarks/learning.py                 # ~40 min on a 2-core machine -> runs/learning/
-    uv run python benchmarks/learning.py --smoke         # toy sizes, a few minutes -> runs/learning_smoke/
-    uv run python benchmarks/learning.py --envs textgame,math   # base -> SFT per env, ~35 min -> runs/learning_envs/
+    uv run python benchmarks/learning.py                        # search and SQL -> runs/learning/
+    uv run python benchmarks/learning.py --envs sql --sql-heldout my_tasks.jsonl   # any DB Bench-layout file held out
+    uv run python benchmarks/learning.py --envs textgame,math   # base -> SFT for the text game and GSM8K math
+    uv run python benchmarks/learning.py --quick                # toy sizes, the same code path -> runs/learning_quick/
+    uv run python benchmarks/learning.py --report               # print a finished run's table again, train nothing
 
-Phases: the corpus and index (reused when present); oracle demonstrations on HotpotQA questions 0..149 and on
-synthetic SQL tasks; curation + export; one LoRA SFT on both environments; GRPO from the SFT adapter per
-environment (search: questions 0..149, answer F1 + format; SQL: synthetic tasks, execution + format).
-Held out, never trained on: HotpotQA questions 150..199 (50) and DB Bench dev tasks (30, AgentBench's data is
-evaluation only). Each model (base, SFT, GRPO) runs the agent on them with the batched local policy (greedy).
+Per environment, one after the other: oracle demonstrations on its training split -> curation + export -> one LoRA
+SFT on them (search, SQL: one epoch of the curated demonstrations; text game, math: ``[demo_envs]``' steps) ->
+``sample``: k attempts per training item with the SFT adapter at GRPO's temperature -> GRPO from the SFT adapter on
+the items the difficulty filter kept (0 < successes < k; SQL: on tables of another generator seed than the
+demonstrations', which the SFT adapter would nearly always solve), equal-reward groups skipped, KL logged; DPO on
+the (success, failure) pairs; SFT on the successes (rejection sampling), both continuing the SFT adapter. GRPO,
+DPO and RFT run on search and SQL (``--methods``); the text game and math run base -> SFT.
+A validation slice cut from the end of the training pool (``[grpo.<env>] validation``: never a held-out item;
+sampling, GRPO, DPO and RFT never see it) is evaluated during GRPO every few steps and after the last.
+Held out, never demonstrated, sampled or trained on (the preset's held-out gate drops them from every training
+path): search, the QA file's last questions (``[eval.search] heldout``); SQL, every task of a DB Bench-layout file
+(``--sql-heldout``, default AgentBench's DB Bench dev, scored by AgentBench's rules); the text game, dev-fold games by
+seed; math, the env's fixed evaluation slice. Each model runs the agent on them with the batched local policy, greedy.
 
-Printed and written to ``runs/learning/``: ``learning.json``, ``learning.md`` and ``learning.html`` (altair):
-per environment and model, F1 / EM (SQL: em and exec), the share of episodes with a well-formed tool call, mean
-tool calls, the share that gave an answer; per phase the wall time and, for training, trained tokens/s; the
-SFT loss curve and GRPO's reward per step, with the issue's targets marked met or missed.
-
-``--envs textgame,math`` runs base -> SFT for the text game and math instead (sizes: ``[demo_envs]``). Oracle
-demonstrations on train-fold twc games (gold paths) and on GSM8K training problems (the reference solution's
-calculations through the calculator); one LoRA SFT per environment (a text-game demonstration is ~2.5x as long
-as a math one, so a shared run would pad most math rows to text-game length); held out: dev-fold twc games and
-the math env's fixed evaluation slice (GSM8K's last 200 training problems). Writes ``learning_envs.json`` and
-``learning_envs.md`` to ``runs/learning_envs/``: text game success / score / invalid actions, math accuracy /
-answered share, the well-formed call share, and the SFT wall time and trained tokens/s.
+Written to ``runs/learning/``: ``learning.json`` (everything, per-item outcomes included), ``learning.md`` (the
+table, the targets, the phase timings) and ``curves.html`` (GRPO reward, validation success, KL and cut-by-length
+share per step; DPO loss and margin per step). Sizes: :data:`FULL` / :data:`QUICK` and the preset's ``[demo_envs]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -39,6 +42,23 @@ if TYPE_CHECKING:
     from agentrl.app.presets import Preset
 
 ROOT = Path(__file__).resolve().parents[1]
+ENVS = ("search", "sql", "textgame", "math")
+METHODS = ("grpo", "dpo", "rft")
+METHOD_ENVS = ("search", "sql")  # where GRPO / DPO / RFT are built and measured (the text game's GRPO: issue 32)
+
+# sizes: full run / --quick (the same code path at toy sizes)
+FULL = {"heldout": {"search": None, "sql": None}, "demos": {"search": None, "sql": None}, "sft_steps": None,
+        "sample_items": 48, "k": 4, "sample_new_tokens": 96,
+        "grpo_steps": 6, "grpo_batch": 4, "grpo_accum": 4,  # 16 rollouts a step, 4 a pass (16 at once: 24 GB, OOM)
+        "grpo_generations": 4, "grpo_beta": 0.01, "val": 16, "eval_every": 4,
+        "dpo_steps": 24, "rft_steps": 12, "success": None}
+QUICK = {"heldout": {"search": 4, "sql": 3}, "demos": {"search": 20, "sql": 14}, "sft_steps": 10,
+         "sample_items": 4, "k": 2, "sample_new_tokens": 48,
+         "grpo_steps": 2, "grpo_batch": 4, "grpo_accum": 1, "grpo_generations": 2, "grpo_beta": 0.01, "val": 2,
+         "eval_every": 1, "dpo_steps": 1, "rft_steps": 1,
+         "success": ("format", 0.5)}  # a 2-step SFT never answers right: well-formed tool use makes the pairs
+# the SQL GRPO run's trainer values for its shorter episodes (a two-call policy episode reaches ~250 tokens)
+SQL_RUN = {"max_completion_length": 256, "max_tool_calling_iterations": 2}
 
 
 def token_counter():
@@ -69,38 +89,64 @@ def scores(metrics: dict) -> dict:
     return row
 
 
+@dataclasses.dataclass
+class EvalShape:
+    """How one environment's held-out items are run: new tokens a turn, turns (None: the env table's), batch."""
+
+    max_new_tokens: int
+    max_turns: int | None = None
+    batch: int | None = None
+
+
 def evaluate(preset: Preset, env: str, rows: list[dict], adapter: str | None, name: str, out: Path,
-             max_new_tokens: int, max_turns: int | None = None, batch: int | None = None) -> dict:
+             shape: EvalShape) -> dict:
     """Run the batched local policy (base model + ``adapter``) on the held-out ``rows`` (``[eval]`` and its
-    ``[eval.<env>]`` table, ``max_turns`` replacing the table's when given); return the table row (with the
-    evaluation's wall time). ``batch`` sets both the concurrent episodes and the prompts per generate call."""
+    ``[eval.<env>]`` table, ``shape`` applied); return the table row (with the evaluation's wall time)."""
     from agentrl.rollout.evaluate import run_eval, variant
 
     cfg = variant(preset.eval(), name=name, env=env, policy="local", split="heldout", qa=None, offset=0, limit=None,
-                  adapter=adapter, max_new_tokens=max_new_tokens)
-    if max_turns:
-        cfg.envs = {**cfg.envs, env: dataclasses.replace(cfg.env_settings, max_turns=max_turns)}
-    if batch:
-        cfg.run = dataclasses.replace(cfg.run, concurrency=batch)
-        cfg.local = dataclasses.replace(cfg.local, max_batch=batch)
+                  adapter=adapter, max_new_tokens=shape.max_new_tokens)
+    if shape.max_turns:
+        cfg.envs = {**cfg.envs, env: dataclasses.replace(cfg.env_settings, max_turns=shape.max_turns)}
+    if shape.batch:
+        cfg.run = dataclasses.replace(cfg.run, concurrency=shape.batch)
+        cfg.local = dataclasses.replace(cfg.local, max_batch=shape.batch)
     t = time.perf_counter()
     m = run_eval(cfg, preset.data, rows=rows, overwrite=True, out_dir=out / "eval" / name)
     return {**scores(m), "seconds": round(time.perf_counter() - t, 1)}
 
 
-def heldout(preset: Preset, n_search: int | None, n_sql: int) -> dict[str, list[dict]]:
-    """Return the held-out rows: the first ``n_search`` of the search environment's ``heldout`` split (``[eval.search]
-    heldout``: the last questions of the QA file; None: all of them) and ``n_sql`` of the SQL environment's (DB Bench
-    dev tasks), spread over the file."""
-    from agentrl.rollout.evaluate import load_rows, variant
+def outcomes(out: Path, name: str, key: str) -> dict[str, float]:
+    """Return ``{item id: success}`` of the evaluation ``out/eval/<name>``."""
+    from agentrl.core.io import read_jsonl
 
-    def split(env: str, limit: int | None = None) -> list[dict]:
-        cfg = variant(preset.eval(), env=env, split="heldout", qa=None, offset=0, limit=limit)
-        return load_rows(cfg, preset.data)
+    return {str(t["id"]): float((t.get("metrics") or {}).get(key) or 0.0)
+            for t in read_jsonl(out / "eval" / name / "trajectories.jsonl")}
 
-    tasks = split("sql")
-    sql = tasks[::max(1, len(tasks) // n_sql)][:n_sql]  # a spread over SELECT and INSERT/UPDATE/DELETE tasks
-    return {"search": split("search", n_search), "sql": sql}
+
+def split(preset: Preset, env: str, name: str) -> list[dict]:
+    """Return ``env``'s rows of the split ``name`` under the preset's ``[eval.<env>]`` table."""
+    from agentrl.envs import registry
+
+    spec = registry.get(env)
+    return registry.split_rows(spec, name, preset.eval().envs.get(env) or spec.settings(), preset.data)
+
+
+def split_source(preset: Preset, env: str) -> str:
+    """Return the file ``env``'s held-out items come from under the preset (its ``[eval.<env>]`` ``qa``)."""
+    from agentrl.envs import registry
+
+    return str((preset.eval().envs.get(env) or registry.get(env).settings()).qa)
+
+
+def heldout_rows(preset: Preset, env: str, n: int | None) -> list[dict]:
+    """Return ``env``'s held-out rows: search, the first ``n`` of its heldout split (None: all); SQL, ``n`` tasks
+    spread over the file (SELECT and INSERT/UPDATE/DELETE alike; None: all); the text game and math, the preset's
+    (:func:`env_preset`: dev-fold games, the first problems of the evaluation slice)."""
+    rows = split(preset, env, "heldout")
+    if env == "sql" and n:
+        return rows[::max(1, len(rows) // n)][:n]
+    return rows[:n] if n else rows
 
 
 def oracle(preset: Preset, runs: Path, name: str, rows: list[dict] | None = None, **changes) -> dict:
@@ -125,63 +171,15 @@ def curate_export(preset: Preset, runs: Path, names: list[str], **changes) -> tu
     return data, report
 
 
-def demonstrations(preset: Preset, runs: Path, n_search: int | None, n_sql: int | None) -> dict:
-    """Oracle demonstrations (the search environment's ``train`` split: the questions before the held-out ones, the
-    first ``n_search`` of them when given; the SQL environment's: synthetic tasks), curated + exported; return the
-    oracles' scores and the rows written."""
-    search = oracle(preset, runs, "smol_search_oracle", env="search", split="train", qa=None, offset=0, limit=n_search)
-    sql = oracle(preset, runs, "smol_sql_oracle", env="sql", split="train", qa=None, offset=0, limit=n_sql)
-    _, report = curate_export(preset, runs, ["smol_search_oracle", "smol_sql_oracle"])
-    return {"search_oracle_f1": search["overall"]["f1"], "sql_oracle_em": sql["overall"]["em"],
-            "written": report["written"]}
-
-
-def env_preset(preset: Preset, sizes: dict, smoke: bool) -> tuple[Preset, dict[str, int]]:
-    """Return the preset of the ``--envs`` part and its sizes: ``[eval.textgame]`` generating the train-fold and
-    dev-fold games it runs, ``[eval.math]`` reading its training problems from ``sizes["math_train"]`` and giving an
-    episode the 4 turns ``[eval.run] max_turns`` gave every environment before the environments owned their settings
-    (unless the preset's ``[eval.math]`` sets max_turns); the held-out set is the layered preset's (math: every problem
-    of the env's fixed evaluation slice, not only those scored)."""
-    n = {"tg_train": 6, "tg_held": 2, "math_train": 12, "math_held": 3} if smoke else {
-        "tg_train": sizes["textgame_train_games"], "tg_held": sizes["textgame_heldout_games"],
-        "math_train": sizes["math_train_problems"], "math_held": sizes["math_heldout_problems"]}
-    math = {"train_qa": sizes["math_train"]}
-    if preset.eval().envs.get("math") is None or preset.eval().envs["math"].max_turns is None:
-        math["max_turns"] = 4
-    layer = {"eval": {"textgame": {"train": n["tg_train"], "heldout": n["tg_held"]}, "math": math}}
-    return preset.with_layer(layer, "benchmarks/learning.py --envs"), n
-
-
-def env_rows(preset: Preset, n: dict[str, int]) -> dict[str, dict[str, list[dict]]]:
-    """Return ``{"textgame" | "math": {"train": rows, "heldout": rows}}`` from each environment's splits, the two sides
-    never overlapping.
-
-    Text game: train-fold twc seeds 0.. and dev-fold seeds 0.. (the game generator keeps folds disjoint).
-    Math: held out, the first problems of the env's fixed evaluation slice (GSM8K's last 200 training
-    problems); train, ``n["math_train"]`` of ``train_qa`` without any held-out problem (the preset's gate)."""
-    from agentrl.envs import registry
-
-    def split(env: str, name: str) -> list[dict]:
-        spec = registry.get(env)
-        return registry.split_rows(spec, name, preset.eval().envs.get(env) or spec.settings(), preset.data)
-
-    train = preset.heldout.drop(split("math", "train"), "math training problems")
-    if len(train) < n["math_train"]:
-        print(f"[learning] {preset.eval().envs['math'].train_qa}: {len(train)} training problems "
-              f"(< {n['math_train']})")
-    return {"textgame": {"train": split("textgame", "train"), "heldout": split("textgame", "heldout")},
-            "math": {"train": train[:n["math_train"]], "heldout": split("math", "heldout")[:n["math_held"]]}}
-
-
 def run_sft_phase(preset: Preset, runs: Path, smoke: bool, data: str | None = None, **changes) -> dict:
     """Run LoRA SFT (``[sft]`` with ``changes``, e.g. name, max_steps, max_length) on the curated ``data``
     (default ``[data]``'s) through the preset's held-out gate; return the adapter path, loss curve, wall and train
-    seconds, trained tokens/s."""
+    seconds, trained tokens/s. ``smoke``: 2 steps unless ``changes`` give max_steps, every step logged."""
     from agentrl.train.sft import run_sft
 
     table = {"data": data or str(runs / "data" / preset.curate().name), **changes}
     if smoke:
-        table.update(max_steps=2, logging_steps=1)
+        table.update(max_steps=changes.get("max_steps", 2), logging_steps=1)
     p = preset.with_layer({"sft": table}, "benchmarks/learning.py")
     tokens = token_counter()
     t = time.perf_counter()
@@ -193,155 +191,19 @@ def run_sft_phase(preset: Preset, runs: Path, smoke: bool, data: str | None = No
             "tokens_per_s": round(tokens.num_tokens / max(m["train_seconds"], 1e-9), 1), "counts": m["counts"]}
 
 
-# the SQL GRPO run: [grpo] with the [grpo.sql] environment, the trainer values its shorter episodes take (what the
-# preset's [grpo_sql] table set before the environments owned their settings)
-SQL_RUN = {"env": "sql", "name": "smol_grpo_sql", "max_completion_length": 256, "max_tool_calling_iterations": 2}
-
-
-def grpo_preset(preset: Preset, env: str, adapter: str, smoke: bool) -> Preset:
-    """Return the preset of one environment's GRPO run: ``[grpo]`` from the SFT ``adapter``, for SQL with
-    :data:`SQL_RUN`."""
-    table: dict = {"adapter": adapter, **(SQL_RUN if env == "sql" else {"env": env})}
-    if smoke:
-        table["max_steps"] = 1
-    return preset.with_layer({"grpo": table}, f"benchmarks/learning.py (GRPO {env})")
-
-
-def run_grpo_phase(preset: Preset, env: str, adapter: str, runs: Path, smoke: bool) -> dict:
-    from agentrl.train.grpo import run_grpo
-
-    p = grpo_preset(preset, env, adapter, smoke)
-    tokens = token_counter()
-    t = time.perf_counter()
-    res = run_grpo(p.grpo(), p.heldout, p.data, runs=runs, callbacks=[tokens], eval_run=p.eval().run,
-                   source=p.describe())
-    seconds = time.perf_counter() - t
-    m = res.metrics
-    hist = m["history"]
-    q = max(1, len(hist) // 4)
-    first = sum(h["reward"] for h in hist[:q]) / q if hist else None
-    last = sum(h["reward"] for h in hist[-q:]) / q if hist else None
-    return {"adapter": str(res.out / "adapter"), "steps": m["steps"], "seconds": round(seconds, 1),
-            "train_seconds": m["train_seconds"], "trained_tokens": tokens.num_tokens,
-            "tokens_per_s": round(tokens.num_tokens / max(m["train_seconds"], 1e-9), 1),
-            "reward_first_quarter": first, "reward_last_quarter": last,
-            "history": [{k: h.get(k) for k in ("step", "reward", "tools/call_frequency", "completions/mean_length")}
-                        for h in hist]}
-
-
-def targets(table: dict, grpo: dict) -> list[dict]:
-    """Return the issue's targets with the measured values and met / missed."""
-    s, q = table["search"], table["sql"]
-    out = [
-        ("SFT well-formed tool-call share >= 0.9 (search)", s["sft"]["wellformed_call_share"], 0.9),
-        ("SFT well-formed tool-call share >= 0.9 (SQL)", q["sft"]["wellformed_call_share"], 0.9),
-        ("SFT search F1 >= base + 0.10", s["sft"]["f1"], s["base"]["f1"] + 0.10),
-        ("SFT SQL em > base", q["sft"]["em"], q["base"]["em"] + 1e-9),
-        ("GRPO search held-out F1 >= SFT", s["grpo"]["f1"], s["sft"]["f1"]),
-        ("GRPO SQL held-out em >= SFT", q["grpo"]["em"], q["sft"]["em"]),
-    ]
-    rows = [{"target": name, "measured": round(v, 4), "threshold": round(th, 4), "met": v >= th}
-            for name, v, th in out]
-    for env, g in grpo.items():
-        first, last = g["reward_first_quarter"], g["reward_last_quarter"]
-        if first is not None:
-            rows.append({"target": f"GRPO {env}: mean reward last quarter > first", "measured": round(last, 4),
-                         "threshold": round(first, 4), "met": last > first})
-    return rows
-
-
-def phase_lines(phases: dict) -> list[str]:
-    """Return the markdown lines of the phase table: wall time, steps, trained tokens and tokens/s."""
-    lines = ["", "| phase | wall s | steps | trained tokens | trained tokens/s (GRPO: rollouts included) |",
-             "|---|---|---|---|---|"]
-    for name, p in phases.items():
-        lines.append(f"| {name} | {p['seconds']} | {p.get('steps', '-')} | {int(p.get('trained_tokens', 0)) or '-'} "
-                     f"| {p.get('tokens_per_s', '-')} |")
-    return lines
-
-
-def loss_line(label: str, sft: dict) -> str:
-    """Return one line with an SFT phase's logged loss per step ("" when none was logged)."""
-    return f"{label} loss: " + ", ".join(f"{x['step']}: {x['loss']:.3f}" for x in sft["loss"]) if sft["loss"] else ""
-
-
-def target_lines(rows: list[dict]) -> list[str]:
-    """Return the markdown lines of the targets table."""
-    return ["", "| target | measured | threshold | met |", "|---|---|---|---|"] + [
-        f"| {t['target']} | {t['measured']} | {t['threshold']} | {'yes' if t['met'] else 'no'} |" for t in rows]
-
-
-def markdown(result: dict) -> str:
-    """Return the learning table, the phase timings and the targets as markdown."""
-    lines = [f"Command: `{result['command']}` ({result['total_minutes']} min)", "",
-             "| env | model | n | F1 | EM | exec | well-formed call share | mean calls | answered share | eval s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for env, models in result["table"].items():
-        for name, r in models.items():
-            ex = f"{r['exec']:.3f}" if "exec" in r else "-"
-            lines.append(f"| {env} | {name} | {r['n']} | {r['f1']:.3f} | {r['em']:.3f} | {ex} | "
-                         f"{r['wellformed_call_share']:.2f} | {r['mean_calls']:.2f} | {r['answered_share']:.2f} | "
-                         f"{r['seconds']} |")
-    lines += phase_lines(result["phases"])
-    lines += ["", loss_line("SFT", result["phases"]["sft"])]
-    for env in ("search", "sql"):
-        g = result["phases"][f"grpo_{env}"]
-        lines.append(f"GRPO {env} reward per step: " + ", ".join(f"{h['reward']:.3f}" for h in g["history"]))
-    lines += target_lines(result["targets"])
-    return "\n".join(lines) + "\n"
-
-
-def env_targets(table: dict) -> list[dict]:
-    """Return the text game's and math's checks (SFT well-formed call share >= 0.9, SFT above base on the
-    env's headline metric) with the measured values and met / missed."""
-    rows = []
-    for env, key in (("textgame", "success"), ("math", "correct")):
-        base, sft = table[env]["base"], table[env]["sft"]
-        for name, v, th, met in (
-                (f"SFT well-formed tool-call share >= 0.9 ({env})", sft["wellformed_call_share"], 0.9, None),
-                (f"SFT {key} > base ({env})", sft[key], base[key], sft[key] > base[key]),
-                (f"SFT answered share >= 0.9 ({env})", sft["answered_share"], 0.9, None)):
-            rows.append({"target": name, "measured": round(v, 4), "threshold": round(th, 4),
-                         "met": v >= th if met is None else met})
-    return rows
-
-
-def env_markdown(result: dict) -> str:
-    """Return the text game's and math's base -> SFT table, the phase timings and the checks as markdown."""
-    def f(r, key, fmt):
-        return format(r[key], fmt) if key in r else "-"
-
-    lines = [f"Command: `{result['command']}` ({result['total_minutes']} min)", "",
-             "| env | model | n | success / correct | score | answered share | well-formed call share "
-             "| calls well-formed | mean calls | invalid actions | eval s |", "|---" * 11 + "|"]
-    for env, models in result["table"].items():
-        for name, r in models.items():
-            headline = r.get("success", r.get("correct"))
-            lines.append(f"| {env} | {name} | {r['n']} | {headline:.3f} | {f(r, 'score', '.3f')} | "
-                         f"{r['answered_share']:.2f} | {r['wellformed_call_share']:.2f} | "
-                         f"{r['wellformed_of_calls']:.2f} | {r['mean_calls']:.2f} | {f(r, 'invalid_actions', '.2f')} | "
-                         f"{r['seconds']} |")
-    lines += phase_lines(result["phases"])
-    lines += [""] + [loss_line(f"SFT {env}", result["phases"][f"sft_{env}"]) for env in result["table"]]
-    lines += target_lines(result["targets"])
-    return "\n".join(lines) + "\n"
-
-
-def chart(result: dict):
-    """Return an altair chart: held-out scores per model and environment."""
-    import altair as alt
-    import polars as pl
-
-    rows = []
-    for env, models in result["table"].items():
-        for name, r in models.items():
-            for key in ("f1", "wellformed_call_share", "answered_share", "exec"):
-                if key in r:
-                    rows.append({"env": env, "model": name, "metric": key, "value": r[key]})
-    return (alt.Chart(pl.DataFrame(rows)).mark_bar()
-            .encode(x=alt.X("model:N", sort=["base", "sft", "grpo"]), y="value:Q", color="model:N",
-                    column="metric:N", row="env:N", tooltip=["env", "model", "metric", "value"])
-            .properties(title="SmolLM2-135M held-out: base -> SFT -> GRPO", width=110, height=140))
+def env_preset(preset: Preset, sizes: dict, quick: bool) -> Preset:
+    """Return ``preset`` with the text game's and math's tables of this benchmark: ``[eval.textgame]`` generating the
+    train-fold and dev-fold games it runs, ``[eval.math]`` reading its training problems from ``sizes["math_train"]``
+    with the 4 turns an episode had before the environments owned their settings (unless the preset sets
+    max_turns) and ``sizes["math_heldout_problems"]`` held out."""
+    n = ({"tg_train": 6, "tg_held": 2, "math_held": 3} if quick else
+         {"tg_train": sizes["textgame_train_games"], "tg_held": sizes["textgame_heldout_games"],
+          "math_held": sizes["math_heldout_problems"]})
+    maths = {"train_qa": sizes["math_train"], "heldout": n["math_held"]}
+    if preset.eval().envs.get("math") is None or preset.eval().envs["math"].max_turns is None:
+        maths["max_turns"] = 4
+    return preset.with_layer({"eval": {"textgame": {"train": n["tg_train"], "heldout": n["tg_held"]}, "math": maths}},
+                             "benchmarks/learning.py (text game, math)")
 
 
 class Phases(dict):
@@ -356,118 +218,294 @@ class Phases(dict):
         return res
 
 
-def search_sql(args, preset: Preset, out: Path, timed: Phases) -> dict:
-    """Run base -> SFT -> GRPO for search and SQL; return the result's table, held-out ids and targets."""
-    from agentrl.data.pipeline import corpus_and_index
-
-    runs = out / "runs"  # every phase's run directories, apart from other presets'
-    # held out: the search environment's heldout split ([eval.search] heldout: all of it) and DB Bench dev tasks
-    n_search, n_sql = (4, 3) if args.smoke else (None, preset.demo().sql_heldout_tasks)
-    new_tokens = preset.eval().local.max_new_tokens
-    timed("corpus + index", lambda: {"index": str(corpus_and_index(preset.settings("corpus"), preset.settings("index"),
-                                                                   progress=False).index_dir)})
-    held = heldout(preset, n_search, n_sql)
-    timed("oracle demos + curation", demonstrations, preset, runs, 20 if args.smoke else None,
-          14 if args.smoke else None)
-    table: dict = {"search": {}, "sql": {}}
-
-    def eval_all(label, adapters):
-        for env in ("search", "sql"):
-            table[env][label] = evaluate(preset, env, held[env], adapters[env], f"{env}_{label}", out, new_tokens)
-            print(f"[learning] {env} {label}: {table[env][label]}", flush=True)
-        return {}
-
-    timed("eval base", eval_all, "base", {"search": None, "sql": None})
-    sft = timed("sft", run_sft_phase, preset, runs, args.smoke)
-    timed("eval sft", eval_all, "sft", {"search": sft["adapter"], "sql": sft["adapter"]})
-    grpo = {env: timed(f"grpo_{env}", run_grpo_phase, preset, env, sft["adapter"], runs, args.smoke)
-            for env in ("search", "sql")}
-    timed("eval grpo", eval_all, "grpo", {env: grpo[env]["adapter"] for env in grpo})
-    return {"heldout": {k: [r["id"] for r in v] for k, v in held.items()}, "table": table,
-            "targets": targets(table, {"search": timed["grpo_search"], "sql": timed["grpo_sql"]})}
+def grpo_layer(env: str, sizes: dict, adapter: str, quick: bool) -> dict:
+    """Return the ``[grpo]`` layer of one environment's filtered run: the SFT adapter, KL logged (beta), equal-reward
+    groups skipped, a validation slice at the end of the training pool (``[grpo.<env>] validation``: never sampled or
+    trained on, evaluated every ``eval_every`` steps by :func:`validation_eval`, not by GRPO's held-out evaluation);
+    for SQL the trainer values of its shorter episodes (:data:`SQL_RUN`) and synthetic tables of another seed than the
+    SFT demonstrations'."""
+    table: dict = {**(SQL_RUN if env == "sql" else {}), "env": env, "name": f"learning_grpo_{env}", "adapter": adapter,
+                   "max_steps": sizes["grpo_steps"], "per_device_train_batch_size": sizes["grpo_batch"],
+                   "gradient_accumulation_steps": sizes["grpo_accum"], "num_generations": sizes["grpo_generations"],
+                   "beta": sizes["grpo_beta"], "eval_questions": 0, "eval_every": sizes["eval_every"],
+                   "skip_equal_groups": True, env: {"validation": sizes["val"]}}
+    if env == "sql":  # tables the SFT demonstrations (seed 0) never showed: on its own demonstrations' tasks the SFT
+        table[env]["synthetic_seed"] = 1  # adapter succeeds in nearly every rollout, which leaves GRPO no signal
+    if quick:  # a training pool of --quick's size
+        table[env]["train"] = sizes["demos"][env] - sizes["val"]
+    return table
 
 
-def other_envs(args, preset: Preset, out: Path, timed: Phases) -> dict:
-    """Run base -> SFT (one LoRA SFT per environment) for the text game and math on held-out items; return the
-    result's table, held-out ids and checks."""
-    sizes = dataclasses.asdict(preset.demo_envs())
-    if args.math_train:
-        sizes["math_train"] = args.math_train
-    runs = out / "runs"
-    envs = [e.strip() for e in args.envs.split(",") if e.strip()]
-    if sorted(envs) != ["math", "textgame"]:
-        raise SystemExit(f"--envs: textgame,math is what this part runs (got {args.envs!r})")
-    preset, n = env_preset(preset, sizes, args.smoke)
-    rows = {}
-    timed("tasks", lambda: rows.update(env_rows(preset, n)))
-    sft_steps = {"textgame": sizes["textgame_sft_steps"], "math": sizes["math_sft_steps"]}
-    run = {"textgame": {"max_turns": sizes["textgame_max_turns"], "batch": sizes["textgame_batch"],
-                        "max_new_tokens": sizes["textgame_max_new_tokens"]},
-           "math": {"max_turns": None, "batch": None, "max_new_tokens": sizes["math_max_new_tokens"]}}
-    table: dict = {env: {} for env in envs}
-    data = {}
+def validation_eval(preset, settings, rows: list[dict], out: Path, evals: list):
+    """Return a TrainerCallback that runs the agent with the current policy (agentrl.train.grpo_eval.agent_eval, the
+    environment as GRPO trains it, ``[eval.run]``'s batch) on the validation ``rows`` before the first step, every
+    ``settings.eval_every`` steps and after the last one, appending each evaluation to ``evals`` (written to
+    ``out/validation_evals.json``; trajectories under ``out/eval/step_<n>/``)."""
+    from transformers import TrainerCallback
 
-    def demos(env):
-        m = oracle(preset, runs, f"smol_{env}_oracle", rows[env]["train"], env=env, split="train", qa=None, offset=0,
-                   limit=None)
-        data[env], report = curate_export(preset, runs, [f"smol_{env}_oracle"], name=f"smol_sft_{env}",
-                                          balance_by=[])  # tool-call counts are the task's, not a skew
-        return {"oracle_success": m["overall"]["em"], "written": report["written"]}
+    from agentrl.core.io import write_json
+    from agentrl.train.grpo import build_task
+    from agentrl.train.grpo_eval import agent_eval
 
-    def eval_env(env, label, adapter):
-        r = run[env]
-        table[env][label] = evaluate(preset, env, rows[env]["heldout"], adapter, f"{env}_{label}", out,
-                                     r["max_new_tokens"], r["max_turns"], r["batch"])
+    task = build_task(settings, preset.data)
+
+    class Validation(TrainerCallback):
+        def run(self, state, model, tokenizer) -> None:
+            if not rows or (evals and evals[-1]["step"] == state.global_step):
+                return
+            m = agent_eval(model, tokenizer, settings, task, preset.data, out / "eval", state.global_step, rows,
+                           None, preset.eval().run)
+            if m is not None:
+                evals.append(m)
+                write_json(out / "validation_evals.json", evals)
+
+        def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+            self.run(state, model, processing_class)  # step 0: the SFT adapter, the curve's baseline
+
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            if settings.eval_every and state.global_step % settings.eval_every == 0:
+                self.run(state, model, processing_class)
+
+        def on_train_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            self.run(state, model, processing_class)
+
+    return Validation()
+
+
+def run_methods(preset: Preset, env: str, sizes: dict, methods: list[str], sft_adapter: str, runs: Path, timed,
+                quick: bool) -> dict:
+    """Sample, then each of ``methods`` (GRPO on the kept items, DPO, RFT) for ``env``; return per method its adapter
+    (or why it did not run) and its curves."""
+    from agentrl.core.io import DataError
+    from agentrl.data.pairs import export_pairs, export_successes
+    from agentrl.envs import registry
+    from agentrl.train.dpo import run_dpo
+    from agentrl.train.grpo import run_grpo
+    from agentrl.train.sample import run_sample, summary_line
+    from agentrl.train.sft import run_sft
+
+    res: dict = {}
+    sample_dir = runs / "sample" / f"learning_{env}"
+    key, minimum = sizes["success"] or (registry.get(env).success, 1.0)
+    p = preset.with_layer({"grpo": grpo_layer(env, sizes, sft_adapter, quick),
+                           "sample": {"name": f"learning_{env}", "k": sizes["k"], "items": sizes["sample_items"],
+                                      "max_new_tokens": sizes["sample_new_tokens"], "success_key": key,
+                                      "success_min": minimum},
+                           "dpo": {"name": f"learning_dpo_{env}", "data": str(sample_dir), "adapter": sft_adapter,
+                                   "max_steps": sizes["dpo_steps"]}},
+                          f"benchmarks/learning.py ({env})")
+    gate, grpo_settings, cfg = p.heldout, p.grpo(), p.sample()
+    sample = timed(f"sample {env}", run_sample, cfg, grpo_settings, gate, p.data, runs=runs, source=p.describe())
+    print(summary_line(sample, cfg.k), flush=True)
+    res["sample"] = {"counts": sample["counts"], "kept": sample["kept"]}
+    sample_dir = sample["out"]
+
+    def attempt(method, fn):
+        try:
+            return fn()
+        except DataError as exc:  # no kept item / pair / success: reported as measured, the others go on
+            print(f"[learning] {env} {method}: not run ({exc})", flush=True)
+            res[method] = {"adapter": None, "why_not": str(exc)}
+        except Exception as exc:  # an hour's other results are kept; the failure is in the table and the log
+            import traceback
+
+            traceback.print_exc()
+            print(f"[learning] {env} {method}: FAILED ({type(exc).__name__}: {exc})", flush=True)
+            res[method] = {"adapter": None, "why_not": f"failed: {type(exc).__name__}: {exc}"}
+        return None
+
+    def grpo():
+        settings = dataclasses.replace(grpo_settings, items=str(sample_dir))  # the items the difficulty filter kept
+        val = registry.split_rows(registry.get(env), "validation", settings.env_settings, p.data)
+        evals: list = []
+        r = run_grpo(settings, gate, p.data, runs=runs, overwrite=True, eval_run=p.eval().run, source=p.describe(),
+                     callbacks=[validation_eval(p, settings, val, runs / "grpo" / settings.name, evals)])
+        m = r.metrics
+        res["grpo"] = {"adapter": str(r.out / "adapter"), "history": m["history"], "evals": evals,
+                       "validation_ids": [str(v["id"]) for v in val], "train_rows": m["train_rows"]}
+
+    def dpo():
+        res["dpo_pairs"] = export_pairs(sample_dir, gate)
+        m = run_dpo(p.dpo(), gate, runs=runs, source=p.describe())
+        res["dpo"] = {"adapter": str(m["out"] / "adapter"), "history": m["history"], "counts": m["counts"]}
+
+    def rft():
+        res["rft_data"] = export_successes(sample_dir, gate)
+        q = p.with_layer({"sft": {"name": f"learning_rft_{env}", "data": str(sample_dir / "successes"),
+                                  "adapter": sft_adapter, "max_steps": sizes["rft_steps"], "check_questions": 0}},
+                         f"benchmarks/learning.py (RFT {env})")
+        r = run_sft(q.sft(), q.heldout, None, q.data, runs=runs, overwrite=True, source=q.describe())
+        res["rft"] = {"adapter": str(r.out / "adapter"), "loss": r.metrics["loss"],
+                      "rows": r.metrics["counts"].get("rows")}
+
+    for method, fn in (("grpo", grpo), ("dpo", dpo), ("rft", rft)):
+        if method in methods:
+            timed(f"{method} {env}", attempt, method, fn)
+    return res
+
+
+def run_env(preset: Preset, env: str, sizes: dict, methods: list[str], held: list[dict], out: Path, timed,
+            quick: bool, table: dict, per_item: dict) -> tuple[dict, dict]:
+    """Run one environment end to end (demonstrations, base, SFT, the methods, their evaluations) into ``table`` and
+    ``per_item``; return the SFT phase's result and the methods' results."""
+    from agentrl.envs import registry
+
+    runs, key = out / "runs", registry.get(env).success
+    envs_sizes = dataclasses.asdict(preset.demo_envs())
+    shape = {"textgame": EvalShape(envs_sizes["textgame_max_new_tokens"], envs_sizes["textgame_max_turns"],
+                                   envs_sizes["textgame_batch"]),
+             "math": EvalShape(envs_sizes["math_max_new_tokens"])}.get(env,
+                                                                        EvalShape(preset.eval().local.max_new_tokens))
+
+    def eval_model(label: str, adapter: str | None) -> dict:
+        name = f"{env}_{label}"
+        table[env][label] = evaluate(preset, env, held, adapter, name, out, shape)
+        per_item[env][label] = outcomes(out, name, key)
         print(f"[learning] {env} {label}: {table[env][label]}", flush=True)
         return {}
 
-    for env in envs:
-        timed(f"oracle demos + curation {env}", demos, env)
-    for env in envs:
-        timed(f"eval base {env}", eval_env, env, "base", None)
-    for env in envs:
-        sft = timed(f"sft_{env}", run_sft_phase, preset, runs, args.smoke, str(data[env]), name=f"smol_sft_{env}",
-                    max_steps=sft_steps[env], max_length=sizes["sft_max_length"])
-        timed(f"eval sft {env}", eval_env, env, "sft", sft["adapter"])
-    return {"heldout": {env: {"source": "twc dev fold" if env == "textgame" else preset.eval().envs["math"].qa,
-                              "ids": [r["id"] for r in rows[env]["heldout"]]} for env in envs},
-            "train": {env: [r["id"] for r in rows[env]["train"]] for env in envs},
-            "sizes": sizes, "table": table, "targets": env_targets(table)}
+    def demos() -> dict:
+        if env in ("search", "sql"):
+            m = oracle(preset, runs, f"learning_{env}_oracle", env=env, split="train", qa=None, offset=0,
+                       limit=sizes["demos"][env])
+            data, report = curate_export(preset, runs, [f"learning_{env}_oracle"], name=f"learning_sft_{env}")
+        else:
+            train = preset.heldout.drop(split(preset, env, "train"), f"{env} training items")
+            if env == "math":
+                train = train[:12 if quick else envs_sizes["math_train_problems"]]
+            m = oracle(preset, runs, f"learning_{env}_oracle", train, env=env, split="train", qa=None, offset=0,
+                       limit=None)
+            data, report = curate_export(preset, runs, [f"learning_{env}_oracle"], name=f"learning_sft_{env}",
+                                         balance_by=[])  # tool-call counts are the task's, not a skew
+        return {"data": str(data), "oracle": m["overall"].get(key), "written": report["written"]}
+
+    demo = timed(f"oracle demos + curation {env}", demos)
+    timed(f"eval base {env}", eval_model, "base", None)
+    if env in ("search", "sql"):  # one epoch of the curated demonstrations
+        changes = {"max_steps": sizes["sft_steps"] or math.ceil(demo["written"]["train"]
+                                                                 / preset.sft().per_device_train_batch_size)}
+    else:
+        changes = {"max_steps": sizes["sft_steps"] or envs_sizes[f"{env}_sft_steps"],
+                   "max_length": envs_sizes["sft_max_length"]}
+    sft = timed(f"sft {env}", run_sft_phase, preset, runs, quick, demo["data"], name=f"learning_sft_{env}",
+                **changes)
+    timed(f"eval sft {env}", eval_model, "sft", sft["adapter"])
+    if not methods:
+        return sft, {}
+    res = run_methods(preset, env, sizes, methods, sft["adapter"], runs, timed, quick)
+    for m in methods:
+        adapter = (res.get(m) or {}).get("adapter")
+        if adapter is None:
+            table[env][m] = {"why_not": (res.get(m) or {}).get("why_not", "not run")}
+        else:
+            timed(f"eval {m} {env}", eval_model, m, adapter)
+    return sft, res
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """Return the command line, checked: unknown environments or methods, methods asked for where they are not
+    built, and a missing ``--sql-heldout`` file exit 2 before anything loads."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="cpu_smol")
+    p.add_argument("--envs", default="search,sql", help=f"comma-separated, of: {', '.join(ENVS)}")
+    p.add_argument("--methods", help=f"comma-separated, of: {', '.join(METHODS)}, or none (default: all three on "
+                                     f"{' and '.join(METHOD_ENVS)}; none elsewhere)")
+    p.add_argument("--sql-heldout", help="a DB Bench-layout JSONL file held out for SQL (default: AgentBench's DB "
+                                         "Bench dev); every task of it is scored, none is trained on")
+    p.add_argument("--math-train", help="GSM8K-layout file of math demonstrations (default [demo_envs].math_train)")
+    p.add_argument("--quick", action="store_true", help="toy sizes, the same code path end to end")
+    p.add_argument("--out", help="default runs/learning (runs/learning_quick with --quick)")
+    p.add_argument("--report", action="store_true", help="print and rewrite the table of a finished run, train nothing")
+    args = p.parse_args(argv)
+    args.envs = [e.strip() for e in args.envs.split(",") if e.strip()]
+    unknown = [e for e in args.envs if e not in ENVS]
+    if unknown or not args.envs:
+        p.error(f"--envs: unknown environment(s) {unknown} (choose from {', '.join(ENVS)})")
+    if args.methods is None:
+        args.methods = list(METHODS)
+    else:
+        args.methods = [m.strip() for m in args.methods.split(",") if m.strip() and m.strip() != "none"]
+        bad = [m for m in args.methods if m not in METHODS]
+        if bad:
+            p.error(f"--methods: unknown method(s) {bad} (choose from {', '.join(METHODS)}, none)")
+        elsewhere = [e for e in args.envs if e not in METHOD_ENVS]
+        if args.methods and elsewhere:
+            p.error(f"--methods: GRPO / DPO / RFT are built for {', '.join(METHOD_ENVS)} only, not {elsewhere}; "
+                    "run those with --methods none")
+    for flag, path in (("--sql-heldout", args.sql_heldout), ("--math-train", args.math_train)):
+        if path and not Path(path).is_file():
+            p.error(f"{flag}: {path} is not a file")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the learning table (search and SQL, or with ``--envs`` the text game and math); return 0."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="cpu_smol")
-    p.add_argument("--smoke", action="store_true", help="toy sizes, to check the script end to end")
-    p.add_argument("--envs", help="textgame,math: base -> SFT for these environments instead of search and SQL")
-    p.add_argument("--math-train", help="GSM8K-layout file of math demonstrations (default [demo_envs].math_train)")
-    p.add_argument("--out", help="default runs/learning or runs/learning_envs (+ _smoke with --smoke)")
-    args = p.parse_args(argv)
+    """Run the benchmark; print and write its table; return 0 (2 on bad input, before any model loads)."""
+    args = parse(argv)
+    out = Path(args.out or ("runs/learning_quick" if args.quick else "runs/learning")).resolve()
+    sql_heldout = str(Path(args.sql_heldout).resolve()) if args.sql_heldout else None
+    math_train = str(Path(args.math_train).resolve()) if args.math_train else None
     os.chdir(ROOT)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from learning_report import compare, publish, report, targets
+
+    if args.report:
+        return report(out)
     for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(key, "1")
     os.environ.setdefault("UNSLOTH_AUTO_INSTALL", "0")
-    from agentrl.app.presets import load as load_preset  # the preset checked whole, as the CLI reads it
-    from agentrl.core.io import write_json, write_text_atomic
+    from agentrl.app.presets import load
+    from agentrl.core.io import DataError, write_json
+    from agentrl.envs import registry
     from agentrl.train.smol import ensure_model
 
-    preset = load_preset(args.config)
-    stem = "learning_envs" if args.envs else "learning"
-    out = Path(args.out or (f"runs/{stem}_smoke" if args.smoke else f"runs/{stem}"))
-    start = time.perf_counter()
+    sizes = QUICK if args.quick else FULL
+    try:  # the preset checked whole and every held-out set read before an hour of training: exit 2 on bad input
+        preset = load(args.config)
+        if sql_heldout:  # the file held out everywhere the preset's gate looks: evaluation and GRPO's SQL tables
+            preset = preset.with_layer({"eval": {"sql": {"qa": sql_heldout}}, "grpo": {"sql": {"qa": sql_heldout}}},
+                                       "benchmarks/learning.py --sql-heldout")
+        envs_sizes = dataclasses.asdict(preset.demo_envs())
+        if math_train:
+            envs_sizes["math_train"] = math_train
+        preset = env_preset(preset, envs_sizes, args.quick)
+        n_sql = sizes["heldout"]["sql"] or preset.demo().sql_heldout_tasks
+        held = {env: heldout_rows(preset, env, n_sql if env == "sql" else sizes["heldout"].get(env))
+                for env in args.envs}
+    except DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for env, rows in held.items():
+        if not rows:
+            print(f"error: {env}: no held-out item", file=sys.stderr)
+            return 2
+    start, load_avg = time.perf_counter(), round(os.getloadavg()[0], 1)  # other work on the machine, before ours
     timed = Phases()
     timed("prepare model", lambda: {"model": ensure_model(preset.sft().model.name)})
-    part = other_envs(args, preset, out, timed) if args.envs else search_sql(args, preset, out, timed)
+    if "search" in args.envs:
+        from agentrl.data.pipeline import corpus_and_index
+
+        timed("corpus + index search", lambda: {"index": str(corpus_and_index(
+            preset.settings("corpus"), preset.settings("index"), progress=False).index_dir)})
+    table: dict = {env: {} for env in args.envs}
+    per_item: dict = {env: {} for env in args.envs}
+    sft, methods = {}, {}
+    for env in args.envs:
+        chosen = args.methods if env in METHOD_ENVS else []
+        if args.methods and not chosen:
+            print(f"[learning] {env}: base -> SFT only (GRPO / DPO / RFT are built for {', '.join(METHOD_ENVS)})")
+        sft[env], methods[env] = run_env(preset, env, sizes, chosen, held[env], out, timed, args.quick, table,
+                                         per_item)
+    compare(table, per_item)
     cmd = " ".join(["uv run python benchmarks/learning.py", *(argv if argv is not None else sys.argv[1:])])
-    result = {"command": cmd, "config": args.config, **part, "phases": dict(timed),
+    result = {"command": cmd, "config": args.config, "sizes": sizes, "load": load_avg,
+              "heldout": {env: [str(r["id"]) for r in rows] for env, rows in held.items()},
+              "sql_heldout": split_source(preset, "sql") if "sql" in args.envs else None,
+              "success_keys": {env: registry.get(env).success for env in args.envs},
+              "table": table, "per_item": per_item, "sft": sft, "methods": methods, "phases": dict(timed),
               "total_minutes": round((time.perf_counter() - start) / 60, 1)}
-    write_json(out / f"{stem}.json", result)
-    md = env_markdown(result) if args.envs else markdown(result)
-    write_text_atomic(out / f"{stem}.md", md)
-    if not args.envs:
-        chart(result).save(str(out / "learning.html"))
-    print(md)
+    result["targets"] = targets(result)
+    write_json(out / "learning.json", result)
+    publish(out, result)
     return 0
 
 

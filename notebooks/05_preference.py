@@ -126,7 +126,7 @@ def _(dpo_metrics, rft_result):
             rft_result.out)])
     print(results)
     mo.vstack([mo.md("## 4 · Results\nEvaluate either adapter on held-out items with `agentrl eval --policy local "
-                     "--adapter ...` (benchmarks/learning_rl.py compares them with SFT, with intervals)."), results])
+                     "--adapter ...` (benchmarks/learning.py compares them with SFT, with intervals)."), results])
     return
 
 

@@ -13,9 +13,7 @@ from agentrl.train.shared_prefill import (
     common_prefix,
     completions_until_eos,
     generate_from_common_prefix,
-    generate_shared,
     left_pad,
-    repeated_groups,
     shared_prompt_logits,
 )
 from agentrl.train.trainers import merge_plan, share_plan
@@ -89,20 +87,6 @@ def test_shared_prompt_reading_is_on_for_cpu_runs_and_never_on_unsloths_trainer(
     assert not share and "not applied on the Unsloth backend" in line
 
 
-def test_a_group_prompt_read_once_generates_the_tokens_of_reading_every_copy(tiny_model):
-    model, tok = tiny_with_lora(tiny_model)
-    texts = ["Which city is larger?", "Hi", "List the tables of the database and count the rows of each one."]
-    prompts = [tok(t)["input_ids"] for t in texts for _ in range(3)]
-    assert repeated_groups(prompts, 3) and not repeated_groups(prompts, 2) and not repeated_groups(prompts[:-1], 3)
-    ids, mask = left_pad(prompts, tok.pad_token_id)
-    with torch.no_grad():
-        every_copy = model.generate(input_ids=ids, attention_mask=mask, generation_config=greedy(tok))
-        once = generate_shared(model, prompts, 3, greedy(tok), tok.pad_token_id, "cpu")
-    assert torch.equal(once, every_copy)
-    cut = completions_until_eos(once[:, ids.size(1):], [tok.eos_token_id])
-    assert len(cut) == 9 and all(c == cut[0] for c in cut[:3])
-
-
 def test_a_turn_reading_the_rows_common_prefix_once_generates_the_tokens_of_the_left_padded_batch(tiny_model):
     model, tok = tiny_with_lora(tiny_model)
     system = "You are a database agent. Use the execute_sql tool to inspect and query the SQLite database. "
@@ -115,6 +99,8 @@ def test_a_turn_reading_the_rows_common_prefix_once_generates_the_tokens_of_the_
         batch = model.generate(input_ids=ids, attention_mask=mask, generation_config=greedy(tok))
         once, width = generate_from_common_prefix(model, rows, greedy(tok), tok.pad_token_id, "cpu")
     assert torch.equal(once[:, width:], batch[:, ids.size(1):])
+    cut = completions_until_eos(once[:, width:], [tok.eos_token_id])
+    assert len(cut) == 4 and all(c and (c[-1] == tok.eos_token_id or len(c) == once.size(1) - width) for c in cut)
     assert generate_from_common_prefix(model, [[5, 6, 7], [8, 9]], greedy(tok), tok.pad_token_id, "cpu") is None
 
 
@@ -137,8 +123,8 @@ def test_the_loss_forward_with_each_prompt_read_once_gives_the_logits_and_gradie
         return loss, torch.autograd.grad(loss, lora)
 
     full = model(input_ids=ids, attention_mask=mask).logits[:, -keep - 1:-1, :]  # TRL's one pass
-    shared = shared_prompt_logits(model, ids, mask, keep)
-    assert shared.shape == full.shape
+    shared, distinct = shared_prompt_logits(model, ids, mask, keep)
+    assert shared.shape == full.shape and distinct == 2
     rows = c_mask.bool()
     assert torch.allclose(shared[rows], full[rows], atol=1e-4)
     (loss_full, grads_full), (loss_shared, grads_shared) = loss_and_grads(full), loss_and_grads(shared)

@@ -368,6 +368,21 @@ def test_synthetic_training_tasks_are_solved_by_their_gold_sql():
         assert sql_score(answer, r, env)["exec"] == 1.0
 
 
+def test_another_synthetic_seed_gives_a_training_pool_disjoint_from_the_default_one():
+    from agentrl.envs import registry
+    from agentrl.envs.sql import SQLSettings
+
+    spec = registry.get("sql")
+    default = registry.split_rows(spec, "train", SQLSettings(validation=8))
+    other = registry.split_rows(spec, "train", SQLSettings(synthetic_seed=1, validation=8))
+    val = registry.split_rows(spec, "validation", SQLSettings(synthetic_seed=1, validation=8))
+    assert len(default) == len(other) == 132 and len(val) == 8 and other[0]["id"] == "syn1_0_0"
+    assert not {r["id"] for r in default} & {r["id"] for r in other + val}
+    questions = {r["question"] for r in default}
+    assert sum(r["question"] in questions for r in other) < 5  # other tables: other names, headers and rows
+    assert {r["id"] for r in registry.split_rows(spec, "train", SQLSettings())} >= {r["id"] for r in default}
+
+
 def test_the_oracle_scores_one_on_every_synthetic_task_kind(tmp_path):
     from agentrl.envs.sql import sql_task
     from agentrl.envs.sql.synthetic import synthetic_sql_tasks

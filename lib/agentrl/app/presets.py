@@ -35,7 +35,7 @@ from agentrl.train.sample import SampleSettings
 class DemoSizes:
     """The ``[demo]`` table: how many items the demo and the learning benchmark run per environment."""
 
-    sql_heldout_tasks: int | None = None  # benchmarks/learning.py: DB Bench dev tasks scored (evaluation only)
+    sql_heldout_tasks: int | None = None  # benchmarks/learning.py: SQL held-out tasks scored, spread (None: all)
     search_tasks: int | None = None  # `agentrl demo`: oracle items of each further environment (its demo_items)
     sql_tasks: int | None = None
     textgame_tasks: int | None = None
@@ -48,7 +48,7 @@ class DemoSizes:
 
 @dataclass
 class DemoEnvSizes:
-    """The ``[demo_envs]`` table: benchmarks/learning.py --envs textgame,math (one SFT per environment)."""
+    """The ``[demo_envs]`` table: benchmarks/learning.py's text game and math sizes (--envs textgame,math)."""
 
     textgame_train_games: int = 20
     textgame_heldout_games: int = 20

@@ -51,11 +51,19 @@ def measured() -> dict | None:
 _SAID: set[str] = set()
 
 
+def choice(requested: str = "auto") -> str:
+    """Return the precision asked for: the environment variable AGENTRL_CPU_PRECISION, else ``requested``, else
+    "auto"; a value outside CHOICES is a DataError."""
+    requested = os.environ.get("AGENTRL_CPU_PRECISION") or requested or "auto"
+    if requested not in CHOICES:
+        raise DataError(f"cpu precision must be one of {', '.join(CHOICES)} (got {requested!r})")
+    return requested
+
+
 def unmeasured_line(kind: str, requested: str = "auto") -> str | None:
     """Return the line that says CPU ``kind`` runs in fp32 only because bf16 was never measured here (the CPU has it,
     the setting is "auto", there is no measurement), once per process and kind; None otherwise or when said."""
-    requested = os.environ.get("AGENTRL_CPU_PRECISION") or requested or "auto"
-    if requested != "auto" or kind in _SAID or measured() is not None or not cpu_has_bf16():
+    if choice(requested) != "auto" or kind in _SAID or measured() is not None or not cpu_has_bf16():
         return None
     _SAID.add(kind)
     return (f"CPU {kind} in fp32: this CPU has bf16 but it was never measured here ({measurement_path()} is missing); "
@@ -67,9 +75,7 @@ def use_bf16(kind: str, requested: str = "auto") -> bool:
     """Return whether CPU ``kind`` ("train" or "generate") runs in bf16: ``requested`` (or the environment
     variable) "bf16" / "fp32" decides; "auto" takes bf16 when the CPU has it and the measurement shows it at least
     MIN_SPEEDUP times faster."""
-    requested = os.environ.get("AGENTRL_CPU_PRECISION") or requested or "auto"
-    if requested not in CHOICES:
-        raise DataError(f"cpu precision must be one of {', '.join(CHOICES)} (got {requested!r})")
+    requested = choice(requested)
     if requested != "auto":
         return requested == "bf16"
     m = measured()

@@ -14,9 +14,6 @@ on the CPU only.
 from __future__ import annotations
 
 import contextlib
-import logging
-
-log = logging.getLogger(__name__)
 
 
 def lora_layers(model) -> list:

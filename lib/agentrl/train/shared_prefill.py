@@ -8,8 +8,8 @@ row is shared: the system prompt and the tool schema by every row, the whole pro
 - Generation (:func:`generate_from_common_prefix`): the prefix all rows share is read once and its key/value cache
   copied to every row; each row's own tokens are left-padded *between* that prefix and themselves, masked out, and
   ``generate`` derives positions from the attention mask, so every row sees the tokens and positions of TRL's
-  left-padded batch (greedy tokens identical, tested). Where the common prefix is short, a first turn's repeated
-  prompts are read once each instead (:func:`generate_shared`). vLLM caches prefixes itself and never comes here.
+  left-padded batch (greedy tokens identical, tested); where it is shorter than :data:`MIN_PREFIX` tokens TRL's
+  own batch runs. vLLM caches prefixes itself and never comes here.
 - The loss (:func:`shared_prompt_logits`): a micro-batch's distinct prompts once (all but their last token), the
   completions on top of the copied cache; the gradient flows back through the copy into the shared pass, so the
   LoRA gradient is the one of the full forward. Positions are what the model gives a forward without
@@ -19,47 +19,14 @@ row is shared: the system prompt and the tool schema by every row, the whole pro
 from __future__ import annotations
 
 
-def repeated_groups(prompt_ids: list[list[int]], n: int) -> bool:
-    """Return True when ``prompt_ids`` is runs of ``n`` identical prompts (more than one copy each)."""
-    if n < 2 or not prompt_ids or len(prompt_ids) % n:
-        return False
-    return all(prompt_ids[i] == prompt_ids[i - i % n] for i in range(len(prompt_ids)))
-
-
 def left_pad(rows: list[list[int]], pad_id: int):
-    """Return ``(input_ids, attention_mask)`` of ``rows`` left-padded with ``pad_id`` to the longest (as TRL pads)."""
+    """Return ``(input_ids, attention_mask)`` of ``rows`` left-padded with ``pad_id`` to the longest (TRL's pad)."""
     import torch
+    from trl.trainer.utils import pad
 
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r):] = 1
-    return ids, mask
-
-
-def generate_shared(model, prompt_ids: list[list[int]], n: int, generation_config, pad_id: int, device):
-    """Return the sequences (prompt + completion ids, one row per entry of ``prompt_ids``) ``model.generate`` samples
-    for ``prompt_ids``, runs of ``n`` identical prompts (:func:`repeated_groups`), each distinct prompt prefilled once.
-    Call it under ``torch.no_grad()``."""
-    unique = prompt_ids[::n]
-    ids, mask = left_pad(unique, pad_id)
-    ids, mask = ids.to(device), mask.to(device)
-    if ids.size(1) < 2:  # nothing to share
-        full, full_mask = ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
-        return model.generate(input_ids=full, attention_mask=full_mask, generation_config=generation_config)
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # as generate derives them from the mask
-    out = model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], use_cache=True,
-                logits_to_keep=1)  # the prefill's logits are not used: skip the vocabulary projection
-    cache = out.past_key_values
-    if cache is None:  # the model keeps no cache (gradient checkpointing in training mode): read every copy
-        return model.generate(input_ids=ids.repeat_interleave(n, 0), attention_mask=mask.repeat_interleave(n, 0),
-                              generation_config=generation_config)
-    cache.batch_repeat_interleave(n)
-    return model.generate(input_ids=ids.repeat_interleave(n, 0), attention_mask=mask.repeat_interleave(n, 0),
-                          past_key_values=cache, generation_config=generation_config)
+    ids = [torch.tensor(r, dtype=torch.long) for r in rows]
+    return (pad(ids, padding_value=pad_id, padding_side="left"),
+            pad([torch.ones_like(t) for t in ids], padding_value=0, padding_side="left"))
 
 
 MIN_PREFIX = 16  # a shorter common prefix is not worth a second forward call
@@ -131,14 +98,15 @@ def prompt_groups(prompt_ids) -> tuple[list[int], list[int]]:
 
 
 def shared_prompt_logits(model, input_ids, attention_mask, logits_to_keep: int):
-    """Return the logits (rows x ``logits_to_keep`` x vocabulary) that predict the last ``logits_to_keep`` tokens of
-    ``input_ids`` (prompt columns first, then the completion), as one forward pass over the whole rows gives them,
-    each distinct prompt computed once; differentiable. None when no prompt repeats (nothing to share), the prompt
-    is shorter than 2 columns, or the model keeps no cache in training (gradient checkpointing)."""
+    """Return ``(logits, distinct)``: the logits (rows x ``logits_to_keep`` x vocabulary) that predict the last
+    ``logits_to_keep`` tokens of ``input_ids`` (prompt columns first, then the completion), as one forward pass over
+    the whole rows gives them, each distinct prompt computed once (differentiable), and how many distinct prompts
+    there were. None when no prompt repeats (nothing to share) or the prompt is shorter than 2 columns. The caller
+    checks that the model keeps a cache in training (:func:`keeps_cache`)."""
     import torch
 
     width = input_ids.size(1) - logits_to_keep
-    if width < 2 or (model.training and _checkpointing(model)):
+    if width < 2:
         return None
     first, inverse = prompt_groups(torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1))
     if len(first) == input_ids.size(0):
@@ -150,9 +118,10 @@ def shared_prompt_logits(model, input_ids, attention_mask, logits_to_keep: int):
     cache.batch_select_indices(torch.tensor(inverse, device=input_ids.device))
     tail = model(input_ids=input_ids[:, width - 1:], attention_mask=attention_mask, past_key_values=cache,
                  use_cache=True)
-    return tail.logits[:, :-1, :]
+    return tail.logits[:, :-1, :], len(first)
 
 
-def _checkpointing(model) -> bool:
-    """Return whether gradient checkpointing is on anywhere in ``model`` (it turns the cache off in training)."""
-    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+def keeps_cache(model) -> bool:
+    """Return whether ``model`` keeps a key/value cache in training: False when gradient checkpointing is on
+    anywhere in it (it turns the cache off)."""
+    return not any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())

@@ -45,8 +45,7 @@ from agentrl.train.lora_merge import merge_cost, mergeable, merged_for_generatio
 from agentrl.train.shared_prefill import (
     completions_until_eos,
     generate_from_common_prefix,
-    generate_shared,
-    repeated_groups,
+    keeps_cache,
     shared_prompt_logits,
 )
 
@@ -118,6 +117,7 @@ class AgentGRPOTrainer:
     _budget_warned = False
     _merge: bool | None = None  # decided at the first rollout (merge_plan)
     _share: bool | None = None  # decided at the first use (share_plan)
+    _keeps_cache: bool | None = None  # decided at the first loss forward (shared_prefill.keeps_cache)
 
     def _sharing(self) -> bool:
         """Return whether this run reads shared prompt tokens once (``share_prompt_prefill``, :func:`share_plan`)."""
@@ -155,9 +155,6 @@ class AgentGRPOTrainer:
                                           generation_kwargs=self.generation_kwargs) as model,
               torch.no_grad(), self._dist.summon_full_params(self.model_wrapped, recurse=False)):
             shared = generate_from_common_prefix(model, prompt_ids, self.generation_config, pad, device)
-            if shared is None and repeated_groups(prompt_ids, num_generations):
-                shared = (generate_shared(model, prompt_ids, num_generations, self.generation_config, pad, device),
-                          max(len(p) for p in prompt_ids))
         if shared is None:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
@@ -179,12 +176,17 @@ class AgentGRPOTrainer:
             return None
         from trl.trainer.utils import selective_log_softmax, selective_log_softmax_and_entropy
 
-        logits = shared_prompt_logits(model, input_ids, attention_mask, logits_to_keep)
-        if logits is None:
+        if model.training:
+            if self._keeps_cache is None:  # decided once: walking the modules costs every forward otherwise
+                self._keeps_cache = keeps_cache(model)
+            if not self._keeps_cache:
+                return None
+        shared = shared_prompt_logits(model, input_ids, attention_mask, logits_to_keep)
+        if shared is None:
             return None
+        logits, distinct = shared
         if model.training:  # the share of rows whose prompt was not read again (logged per step)
             rows = input_ids.size(0)
-            distinct = len({tuple(r) for r in input_ids[:, :-logits_to_keep].tolist()})
             self._metrics["train"]["prompts/reused"].append((rows - distinct) / rows)
         completion_ids = input_ids[:, -logits_to_keep:]
         row_mask = attention_mask[:, -logits_to_keep:]
@@ -245,12 +247,18 @@ class AgentGRPOTrainer:
         return per_func
 
 
+def asked(settings, knob: str, on_cpu: bool) -> bool:
+    """Return whether the speed-up ``knob`` of ``settings`` ("auto" = on a CPU, where it was measured; "on"; "off";
+    no settings: off) is asked for on this machine."""
+    wanted = getattr(settings, knob, "off")
+    return wanted == "on" or (wanted == "auto" and on_cpu)
+
+
 def merge_plan(settings, model, use_vllm: bool, on_cpu: bool) -> tuple[bool, str | None]:
     """Return ``(merge, line)``: whether rollouts run with the adapter merged (``settings.merge_for_generation``:
     "auto" = on a CPU, where it is measured faster; never with vLLM, which holds its own weights) and the line that
     says so, or why a requested merge cannot be done (None when there is nothing to say)."""
-    wanted = getattr(settings, "merge_for_generation", "off")
-    if wanted == "off" or use_vllm or (wanted == "auto" and not on_cpu):
+    if use_vllm or not asked(settings, "merge_for_generation", on_cpu):
         return False, None
     why = mergeable(model)
     if why:
@@ -263,12 +271,11 @@ def share_plan(settings, unsloth: bool, on_cpu: bool) -> tuple[bool, str | None]
     """Return ``(share, line)``: whether the run reads shared prompt tokens once (``settings.share_prompt_prefill``:
     "auto" = on a CPU; never on the Unsloth backend, whose trainer computes log-probs its own way) and the line that
     says a requested one is not done (None when there is nothing to say)."""
-    wanted = getattr(settings, "share_prompt_prefill", "off")
-    if wanted == "off" or (wanted == "auto" and not on_cpu):
+    if not asked(settings, "share_prompt_prefill", on_cpu):
         return False, None
     if unsloth:
         return False, ("share_prompt_prefill: not applied on the Unsloth backend (its trainer computes log-probs "
-                       "and generates its own way)") if wanted == "on" else None
+                       "and generates its own way)") if settings.share_prompt_prefill == "on" else None
     return True, None
 
 

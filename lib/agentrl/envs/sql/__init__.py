@@ -50,6 +50,9 @@ class SQLSettings(EnvSettings):
 
     train_qa: str = SYNTHETIC  # training tasks: generated tables (agentrl.envs.sql.synthetic); DB Bench is refused
     qa: str = DBBENCH_DEV  # held-out tasks: a DB Bench-layout file (AgentBench DB Bench dev)
+    # train_qa = "synthetic": the generator's seed; another seed draws 20 other tables (ids syn<seed>_...), e.g. for
+    # GRPO on tasks the SFT demonstrations (seed 0) never showed
+    synthetic_seed: int = 0
     train: int | None = None  # training tasks, from the first (None: all but the validation ones)
     validation: int = 0  # the last training tasks: hyperparameters are chosen on them, never trained on
     heldout: int | None = None  # the first N tasks of ``qa`` (None: all of them)
@@ -89,9 +92,9 @@ def build(settings: SQLSettings, preset: dict | None = None):
                     max_turns=settings.max_turns or ENVIRONMENT.max_turns)
 
 
-def _tasks(source: str, split: str) -> list[dict]:
+def _tasks(source: str, split: str, seed: int = 0) -> list[dict]:
     if source == SYNTHETIC:
-        return synthetic_sql_tasks()
+        return synthetic_sql_tasks(seed=seed)
     if split in ("train", "validation") and "dbbench" in str(source).lower():
         raise DataError(f"qa = {source!r}: DB Bench is for evaluation only; train on train_qa = '{SYNTHETIC}'")
 
@@ -104,12 +107,12 @@ def rows(split: str, settings: SQLSettings, preset: dict | None = None, source: 
     them; ``source`` replaces the split's file (a DB Bench-layout file, or ``synthetic``)."""
     if split == "all":
         if source is not None:  # one file (or "synthetic"): its tasks, once
-            return _tasks(source, "heldout")
+            return _tasks(source, "heldout", settings.synthetic_seed)
         return [r for s in ("train", "validation", "heldout") for r in rows(s, settings, preset, source)]
     if split == "heldout":
-        found = _tasks(source or settings.qa, split)
+        found = _tasks(source or settings.qa, split, settings.synthetic_seed)
         return found if settings.heldout is None else found[:settings.heldout]
-    found = _tasks(source or settings.train_qa, split)
+    found = _tasks(source or settings.train_qa, split, settings.synthetic_seed)
     val = min(max(0, settings.validation), len(found))
     if split == "validation":
         return found[len(found) - val:]

@@ -149,6 +149,7 @@ class SQLEnv:
         self._wrote: set[str] = set()
         self._initial: Counter | None = None
         self._cache: dict = {}
+        self._reruns: dict = {}  # (query, variant) -> _rerun_table's result: the copies do not change in an episode
         self._gold_result: GoldResult | None = None
         self._stored_values: dict | None = None
         self._notes: dict = {}
@@ -323,8 +324,15 @@ class SQLEnv:
         """Run a query of the episode on a copy of the initial table (``base`` or a perturbation of
         agentrl.envs.sql.credit); return ``(values, complete)``, or None when it fails, writes or returns no
         columns."""
-        result = self._rerun_table(query, variant)
+        result = self._rerun_once(query, variant)
         return None if result is None else ([v for r in result[1] for v in r], result[2])
+
+    def _rerun_once(self, query: str, variant: str) -> tuple[list[str], list[tuple], bool] | None:
+        """:meth:`_rerun_table`'s result, each query run once per copy in an episode (the credit checks and the dense
+        credit re-read the same SELECTs; a copy a write spoilt is rebuilt, so the result stays the same)."""
+        if (query, variant) not in self._reruns:
+            self._reruns[query, variant] = self._rerun_table(query, variant)
+        return self._reruns[query, variant]
 
     def _gold_query(self) -> str | None:
         """The task's gold statement as this backend runs it (None without one)."""
@@ -338,7 +346,7 @@ class SQLEnv:
         """Return the best dense credit (agentrl.envs.sql.credit.overlap_credit) of the episode's data-dependent SELECTs
         against the gold statement's result on the initial table; 0 when the gold statement does not run."""
         gold_query = self._gold_query()
-        gold = self._rerun_table(gold_query, "base") if gold_query else None
+        gold = self._rerun_once(gold_query, "base") if gold_query else None
         if gold is None:
             return 0.0
         best, seen = 0.0, set()
@@ -348,7 +356,7 @@ class SQLEnv:
             seen.add(sel.query)
             if self._dependent_result(sel) is None:
                 continue
-            mine = self._rerun_table(sel.query, "base")
+            mine = self._rerun_once(sel.query, "base")
             if mine is not None:
                 best = max(best, overlap_credit(mine[0], mine[1], gold[0], gold[1]))
         return best

@@ -10,6 +10,7 @@ result, as AgentBench scores them). Variety is the point: a model trained on thr
 names; one trained on these must read the table name and headers from the question.
 
     synthetic_sql_tasks(20, seed=0)   # 140 task rows, ids syn_<table>_<task>
+    synthetic_sql_tasks(20, seed=1)   # 140 other ones (other names, columns, rows), ids syn1_<table>_<task>
 """
 
 from __future__ import annotations
@@ -226,7 +227,8 @@ def _tasks_for(table: dict, kinds: list[str], rng: random.Random) -> list[dict]:
 
 def synthetic_sql_tasks(n_tables: int = 20, seed: int = 0) -> list[dict]:
     """Return task rows (as load_dbbench would) for ``n_tables`` random tables (the topics in turn, names and
-    columns varied), seven tasks each (four SELECT, then INSERT, UPDATE, DELETE), ids ``syn_<table>_<task>``."""
+    columns varied), seven tasks each (four SELECT, then INSERT, UPDATE, DELETE), ids ``syn_<table>_<task>`` (seed 0)
+    or ``syn<seed>_<table>_<task>``: two seeds never share an id."""
     rng = random.Random(seed)
     out = []
     for i in range(n_tables):
@@ -235,5 +237,5 @@ def synthetic_sql_tasks(n_tables: int = 20, seed: int = 0) -> list[dict]:
                 f"{','.join(c['name'] for c in table['table_info']['columns'])}.")
         for j, rec in enumerate(_tasks_for(table, kinds, rng)):
             rec = {**rec, "table": table, "add_description": note, "source": "synthetic"}
-            out.append(dbbench_row(rec, f"syn_{i}_{j}"))
+            out.append(dbbench_row(rec, f"syn{seed or ''}_{i}_{j}"))
     return out
