@@ -9,7 +9,8 @@ the synthetic tables of seed 0, ``runs/bench/sft_sql/``). GRPO (cpu_smol's ``[gr
 benchmarks/learning.py's trainer values, beta 0.01 so KL is logged) trains on the tables of seed 1, which the SFT
 never saw; their last ``--validation`` tasks are the validation slice, evaluated before the first step, every 10
 steps and after the last. Then the SFT and the GRPO adapter run the agent on every held-out DB Bench dev task, with
-the paired difference and its 95% bootstrap interval. Per-step logs: ``runs/long/<name>_history.jsonl``.
+the paired difference and its 95% bootstrap interval (benchmarks/learning_report.compare). Per-step logs: GRPO's own
+``runs/long/runs/grpo/<name>/log.jsonl``; the result: ``runs/long/<name>_result.json``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-import learning  # the learning benchmark's phases; scripts run from benchmarks/
+import learning  # the learning benchmark's phases and table; scripts run from benchmarks/
+from learning_report import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,10 +37,7 @@ def main() -> int:
     ap.add_argument("--adapter", help="the SFT adapter (default: benchmarks/grpo_step.py's, built when missing)")
     args = ap.parse_args()
     os.chdir(ROOT)
-    from transformers import TrainerCallback
-
     from agentrl.app.presets import load
-    from agentrl.core.bootstrap import bootstrap_ci, paired_bootstrap_ci
     from agentrl.envs import registry
     from agentrl.train.grpo import run_grpo
     from grpo_step import sft_adapter
@@ -46,42 +45,30 @@ def main() -> int:
     adapter = args.adapter or sft_adapter(args.config, "sql", 40)
     out, name = ROOT / "runs" / "long", f"long_grpo_sql_lr{args.lr:g}"
     preset = load(args.config).with_layer({"grpo": {
-        **learning.SQL_RUN, "env": "sql", "name": name, "adapter": adapter, "max_steps": args.steps,
+        **learning.RUN["sql"], "env": "sql", "name": name, "adapter": adapter, "max_steps": args.steps,
         "learning_rate": args.lr, "beta": 0.01, "eval_questions": 0, "eval_every": 10, "skip_equal_groups": True,
         "save_strategy": "steps", "save_steps": 10,
         "sql": {"validation": args.validation, "synthetic_seed": 1}}}, "benchmarks/grpo_long.py")
     settings = preset.grpo()
     val = registry.split_rows(registry.get("sql"), "validation", settings.env_settings, preset.data)
-    history = out / f"{name}_history.jsonl"
-    history.parent.mkdir(parents=True, exist_ok=True)
-    history.write_text("")
-
-    class History(TrainerCallback):
-        def on_log(self, a, state, control, logs=None, **kwargs):
-            with history.open("a") as f:
-                f.write(json.dumps({"step": state.global_step, "t": time.time(), **(logs or {})}) + "\n")
-
     evals: list = []
     t = time.perf_counter()
     res = run_grpo(settings, preset.heldout, preset.data, runs=out / "runs", overwrite=True,
                    eval_run=preset.eval().run, source=preset.describe(),
-                   callbacks=[History(), learning.validation_eval(preset, settings, val, out / name, evals)])
+                   callbacks=[learning.validation_eval(preset, settings, val, out / name, evals)])
     grpo_seconds = time.perf_counter() - t
     held = learning.heldout_rows(preset, "sql", None)
     shape = learning.EvalShape(preset.eval().local.max_new_tokens)
-    table, items = {}, {}
+    table, items = {"sql": {}}, {"sql": {}}
     for label, path in (("sft", adapter), ("grpo", str(res.out / "adapter"))):
-        table[label] = learning.evaluate(preset, "sql", held, path, f"sql_{label}_{args.lr:g}", out, shape)
-        items[label] = learning.outcomes(out, f"sql_{label}_{args.lr:g}", "em")
-    ids = sorted(items["sft"])
-    a, b = [items["sft"][i] for i in ids], [items["grpo"][i] for i in ids]
-    hist = [json.loads(line) for line in history.read_text().splitlines()]
-    rewards = [h["reward"] for h in hist if "reward" in h]
+        table["sql"][label] = learning.evaluate(preset, "sql", held, path, f"sql_{label}_{args.lr:g}", out, shape)
+        items["sql"][label] = learning.outcomes(out, f"sql_{label}_{args.lr:g}", "em")
+    compare(table, items)  # success with its interval; GRPO's paired difference to SFT with its interval
+    rewards = [h["reward"] for h in res.metrics["history"] if h.get("reward") is not None]
     q = max(1, len(rewards) // 4)
     result = {"lr": args.lr, "steps": args.steps, "adapter": adapter, "grpo_seconds": round(grpo_seconds),
-              "heldout": table, "sft_ci": bootstrap_ci(a), "grpo_ci": bootstrap_ci(b),
-              "paired_grpo_minus_sft": paired_bootstrap_ci(a, b),
-              "reward_first_quarter": sum(rewards[:q]) / q, "reward_last_quarter": sum(rewards[-q:]) / q,
+              "heldout": table["sql"], "reward_first_quarter": sum(rewards[:q]) / q,
+              "reward_last_quarter": sum(rewards[-q:]) / q,
               "validation": [{"step": e["step"], "em": e.get("em")} for e in evals]}
     (out / f"{name}_result.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

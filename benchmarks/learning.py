@@ -4,7 +4,7 @@ of each environment, with 95% bootstrap intervals and paired differences to SFT 
     uv run agentrl models prepare smollm2
     uv run python benchmarks/learning.py                        # search and SQL -> runs/learning/
     uv run python benchmarks/learning.py --envs sql --sql-heldout my_tasks.jsonl   # any DB Bench-layout file held out
-    uv run python benchmarks/learning.py --envs textgame,math   # base -> SFT for the text game and GSM8K math
+    uv run python benchmarks/learning.py --envs textgame,math   # text game: base -> SFT -> GRPO; math: base -> SFT
     uv run python benchmarks/learning.py --quick                # toy sizes, the same code path -> runs/learning_quick/
     uv run python benchmarks/learning.py --report               # print a finished run's table again, train nothing
 
@@ -14,7 +14,9 @@ SFT on them (search, SQL: one epoch of the curated demonstrations; text game, ma
 the items the difficulty filter kept (0 < successes < k; SQL: on tables of another generator seed than the
 demonstrations', which the SFT adapter would nearly always solve), equal-reward groups skipped, KL logged; DPO on
 the (success, failure) pairs; SFT on the successes (rejection sampling), both continuing the SFT adapter. GRPO,
-DPO and RFT run on search and SQL (``--methods``); the text game and math run base -> SFT.
+DPO and RFT run on search and SQL (``--methods``). The text game: GRPO from its SFT adapter on the game's score
+(dense, so no difficulty filter: equal-score groups are skipped) on train-fold games after the demonstrated seeds;
+its table's per-item outcome is the score (no held-out game is solved). Math runs base -> SFT.
 A validation slice cut from the end of the training pool (``[grpo.<env>] validation``: never a held-out item;
 sampling, GRPO, DPO and RFT never see it) is evaluated during GRPO every few steps and after the last.
 Held out, never demonstrated, sampled or trained on (the preset's held-out gate drops them from every training
@@ -44,7 +46,11 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 ENVS = ("search", "sql", "textgame", "math")
 METHODS = ("grpo", "dpo", "rft")
-METHOD_ENVS = ("search", "sql")  # where GRPO / DPO / RFT are built and measured (the text game's GRPO: issue 32)
+# where each method is built and measured (the text game's DPO / RFT would need a success threshold on its score)
+METHOD_ENVS = {"grpo": ("search", "sql", "textgame"), "dpo": ("search", "sql"), "rft": ("search", "sql")}
+# the per-item outcome of the table where it is not the env's success: the text game's score (partial progress,
+# 0.25 per object taken or put away), since SmolLM2 solves no held-out game before or after SFT
+OUTCOME = {"textgame": "score"}
 
 # sizes: full run / --quick (the same code path at toy sizes)
 FULL = {"heldout": {"search": None, "sql": None}, "demos": {"search": None, "sql": None}, "sft_steps": None,
@@ -57,8 +63,17 @@ QUICK = {"heldout": {"search": 4, "sql": 3}, "demos": {"search": 20, "sql": 14},
          "grpo_steps": 2, "grpo_batch": 4, "grpo_accum": 1, "grpo_generations": 2, "grpo_beta": 0.01, "val": 2,
          "eval_every": 1, "dpo_steps": 1, "rft_steps": 1,
          "success": ("format", 0.5)}  # a 2-step SFT never answers right: well-formed tool use makes the pairs
-# the SQL GRPO run's trainer values for its shorter episodes (a two-call policy episode reaches ~250 tokens)
-SQL_RUN = {"max_completion_length": 256, "max_tool_calling_iterations": 2}
+# the GRPO runs' trainer values per environment: a two-call SQL episode reaches ~250 tokens; a text-game turn is ~40
+# model tokens + ~130 of observation, and 6 actions take and put away both objects after "look around"
+RUN = {"sql": {"max_completion_length": 256, "max_tool_calling_iterations": 2},
+       "textgame": {"max_completion_length": 1024, "max_tool_calling_iterations": 6,
+                    "model": {"max_seq_length": 1408}}}
+# the text game's full-run GRPO sizes: no difficulty filter (the score is dense: groups of equal scores are skipped),
+# 2 games x 4 rollouts a step (~125 s each), 16 steps on 32 training games the SFT never saw, 8 validation games;
+# learning rate 1e-4, not swept: at the preset's 3e-5 SQL's KL stayed below 0.001 over 6 steps, at 1e-4 it reached
+# 0.008-0.022 over 40 with the call format kept (docs/results.md)
+TEXTGAME_GRPO = {"grpo_steps": 16, "grpo_accum": 2, "val": 8, "eval_every": 8, "train": 32, "grpo_lr": 1e-4}
+FILTERED = ("search", "sql")  # GRPO on the difficulty filter's kept items (binary success: the filter finds signal)
 
 
 def token_counter():
@@ -77,14 +92,17 @@ def token_counter():
 
 def scores(metrics: dict) -> dict:
     """Return the table row of one evaluation's metrics: answer scores (each env's own means, e.g. SQL exec,
-    text-game success / score / invalid actions, math correct), tool-call shape and answered share."""
+    text-game score / invalid actions and ``solved``, its games solved; math correct), tool-call shape and answered
+    share (``success`` is left to learning_report.compare: the mean of the table's per-item outcome)."""
     o, t, n = metrics["overall"], metrics["tools"], max(1, metrics["n"])
     row = {"n": metrics["n"], "f1": o.get("f1"), "em": o.get("em"),
            "wellformed_call_share": t["episodes_with_wellformed_call"], "mean_calls": t["mean_calls"],
            "answered_share": round(metrics["finish"].get("answer", 0) / n, 4)}
-    for key in ("exec", "success", "score", "invalid_actions", "steps", "correct", "calculator_calls"):
+    for key in ("exec", "score", "invalid_actions", "steps", "correct", "calculator_calls"):
         if key in o:
             row[key] = o[key]
+    if "success" in o:
+        row["solved"] = o["success"]
     row["wellformed_of_calls"] = t["wellformed_call_share"]
     return row
 
@@ -191,47 +209,63 @@ def run_sft_phase(preset: Preset, runs: Path, smoke: bool, data: str | None = No
             "tokens_per_s": round(tokens.num_tokens / max(m["train_seconds"], 1e-9), 1), "counts": m["counts"]}
 
 
-def env_preset(preset: Preset, sizes: dict, quick: bool) -> Preset:
-    """Return ``preset`` with the text game's and math's tables of this benchmark: ``[eval.textgame]`` generating the
-    train-fold and dev-fold games it runs, ``[eval.math]`` reading its training problems from ``sizes["math_train"]``
-    with the 4 turns an episode had before the environments owned their settings (unless the preset sets
-    max_turns) and ``sizes["math_heldout_problems"]`` held out."""
+def env_preset(preset: Preset, sizes: dict, quick: bool, envs: list[str]) -> Preset:
+    """Return ``preset`` with this benchmark's tables of the text game and math where they are in ``envs``:
+    ``[eval.textgame]`` generating the train-fold and dev-fold games it runs, ``[eval.math]`` reading its training
+    problems from ``sizes["math_train"]`` with the 4 turns an episode had before the environments owned their
+    settings (unless the preset sets max_turns) and ``sizes["math_heldout_problems"]`` held out."""
     n = ({"tg_train": 6, "tg_held": 2, "math_held": 3} if quick else
          {"tg_train": sizes["textgame_train_games"], "tg_held": sizes["textgame_heldout_games"],
           "math_held": sizes["math_heldout_problems"]})
-    maths = {"train_qa": sizes["math_train"], "heldout": n["math_held"]}
-    if preset.eval().envs.get("math") is None or preset.eval().envs["math"].max_turns is None:
-        maths["max_turns"] = 4
-    return preset.with_layer({"eval": {"textgame": {"train": n["tg_train"], "heldout": n["tg_held"]}, "math": maths}},
-                             "benchmarks/learning.py (text game, math)")
+    tables: dict = {}
+    if "textgame" in envs:
+        tables["textgame"] = {"train": n["tg_train"], "heldout": n["tg_held"]}
+    if "math" in envs:
+        tables["math"] = {"train_qa": sizes["math_train"], "heldout": n["math_held"]}
+        if preset.eval().envs.get("math") is None or preset.eval().envs["math"].max_turns is None:
+            tables["math"]["max_turns"] = 4
+    return preset.with_layer({"eval": tables}, "benchmarks/learning.py (text game, math)") if tables else preset
 
 
 class Phases(dict):
     """Per-phase results with wall times; calling it runs one phase, records and prints it."""
 
+    env: str | None = None  # the environment the next phases run for (their minutes count against its 60)
+
     def __call__(self, phase, fn, *a, **kw):
-        """Run ``fn(*a, **kw)`` as ``phase``; record its result dict with ``seconds`` and return the result."""
+        """Run ``fn(*a, **kw)`` as ``phase``; record its result dict with ``seconds`` and the environment it ran for
+        (:attr:`env`), and return the result."""
         t = time.perf_counter()
         res = fn(*a, **kw)
-        self[phase] = {**(res if isinstance(res, dict) else {}), "seconds": round(time.perf_counter() - t, 1)}
+        self[phase] = {**(res if isinstance(res, dict) else {}), "seconds": round(time.perf_counter() - t, 1),
+                       "env": self.env}
         print(f"[learning] {phase}: {self[phase]['seconds']} s", flush=True)
         return res
 
 
-def grpo_layer(env: str, sizes: dict, adapter: str, quick: bool) -> dict:
-    """Return the ``[grpo]`` layer of one environment's filtered run: the SFT adapter, KL logged (beta), equal-reward
-    groups skipped, a validation slice at the end of the training pool (``[grpo.<env>] validation``: never sampled or
-    trained on, evaluated every ``eval_every`` steps by :func:`validation_eval`, not by GRPO's held-out evaluation);
-    for SQL the trainer values of its shorter episodes (:data:`SQL_RUN`) and synthetic tables of another seed than the
-    SFT demonstrations'."""
-    table: dict = {**(SQL_RUN if env == "sql" else {}), "env": env, "name": f"learning_grpo_{env}", "adapter": adapter,
+def grpo_layer(preset: Preset, env: str, sizes: dict, adapter: str, quick: bool) -> dict:
+    """Return the ``[grpo]`` layer of one environment's run: the SFT adapter, KL logged (beta), equal-reward groups
+    skipped, a validation slice (``[grpo.<env>] validation``: never sampled or trained on, evaluated every
+    ``eval_every`` steps by :func:`validation_eval`, not by GRPO's held-out evaluation), the env's trainer values
+    (:data:`RUN`); training items the SFT demonstrations never showed: SQL, synthetic tables of another generator
+    seed; the text game, train-fold games after the demonstrated seeds (:data:`TEXTGAME_GRPO` in a full run), its
+    validation games played with the held-out evaluation's turns and tokens."""
+    if env == "textgame" and not quick:
+        sizes = {**sizes, **TEXTGAME_GRPO}
+    table: dict = {**RUN.get(env, {}), "env": env, "name": f"learning_grpo_{env}", "adapter": adapter,
                    "max_steps": sizes["grpo_steps"], "per_device_train_batch_size": sizes["grpo_batch"],
                    "gradient_accumulation_steps": sizes["grpo_accum"], "num_generations": sizes["grpo_generations"],
                    "beta": sizes["grpo_beta"], "eval_questions": 0, "eval_every": sizes["eval_every"],
                    "skip_equal_groups": True, env: {"validation": sizes["val"]}}
+    if "grpo_lr" in sizes:
+        table["learning_rate"] = sizes["grpo_lr"]
     if env == "sql":  # tables the SFT demonstrations (seed 0) never showed: on its own demonstrations' tasks the SFT
         table[env]["synthetic_seed"] = 1  # adapter succeeds in nearly every rollout, which leaves GRPO no signal
-    if quick:  # a training pool of --quick's size
+    if env == "textgame":
+        demos, shape = preset.eval().envs["textgame"].train, preset.demo_envs()
+        table[env].update(train=sizes.get("train", 6), train_from=demos, max_turns=shape.textgame_max_turns)
+        table["eval_max_new_tokens"] = shape.textgame_max_new_tokens
+    elif quick:  # a training pool of --quick's size
         table[env]["train"] = sizes["demos"][env] - sizes["val"]
     return table
 
@@ -274,8 +308,9 @@ def validation_eval(preset, settings, rows: list[dict], out: Path, evals: list):
 
 def run_methods(preset: Preset, env: str, sizes: dict, methods: list[str], sft_adapter: str, runs: Path, timed,
                 quick: bool) -> dict:
-    """Sample, then each of ``methods`` (GRPO on the kept items, DPO, RFT) for ``env``; return per method its adapter
-    (or why it did not run) and its curves."""
+    """Sample (where GRPO filters by difficulty or DPO / RFT need pairs), then each of ``methods`` (GRPO on the kept
+    items or, for the text game, on its training games; DPO, RFT) for ``env``; return per method its adapter (or why
+    it did not run) and its curves."""
     from agentrl.core.io import DataError
     from agentrl.data.pairs import export_pairs, export_successes
     from agentrl.envs import registry
@@ -287,7 +322,7 @@ def run_methods(preset: Preset, env: str, sizes: dict, methods: list[str], sft_a
     res: dict = {}
     sample_dir = runs / "sample" / f"learning_{env}"
     key, minimum = sizes["success"] or (registry.get(env).success, 1.0)
-    p = preset.with_layer({"grpo": grpo_layer(env, sizes, sft_adapter, quick),
+    p = preset.with_layer({"grpo": grpo_layer(preset, env, sizes, sft_adapter, quick),
                            "sample": {"name": f"learning_{env}", "k": sizes["k"], "items": sizes["sample_items"],
                                       "max_new_tokens": sizes["sample_new_tokens"], "success_key": key,
                                       "success_min": minimum},
@@ -295,10 +330,11 @@ def run_methods(preset: Preset, env: str, sizes: dict, methods: list[str], sft_a
                                    "max_steps": sizes["dpo_steps"]}},
                           f"benchmarks/learning.py ({env})")
     gate, grpo_settings, cfg = p.heldout, p.grpo(), p.sample()
-    sample = timed(f"sample {env}", run_sample, cfg, grpo_settings, gate, p.data, runs=runs, source=p.describe())
-    print(summary_line(sample, cfg.k), flush=True)
-    res["sample"] = {"counts": sample["counts"], "kept": sample["kept"]}
-    sample_dir = sample["out"]
+    if env in FILTERED or {"dpo", "rft"} & set(methods):
+        sample = timed(f"sample {env}", run_sample, cfg, grpo_settings, gate, p.data, runs=runs, source=p.describe())
+        print(summary_line(sample, cfg.k), flush=True)
+        res["sample"] = {"counts": sample["counts"], "kept": sample["kept"]}
+        sample_dir = sample["out"]
 
     def attempt(method, fn):
         try:
@@ -315,7 +351,10 @@ def run_methods(preset: Preset, env: str, sizes: dict, methods: list[str], sft_a
         return None
 
     def grpo():
-        settings = dataclasses.replace(grpo_settings, items=str(sample_dir))  # the items the difficulty filter kept
+        if env in FILTERED:  # the items the difficulty filter kept
+            settings = dataclasses.replace(grpo_settings, items=str(sample_dir))
+        else:
+            settings = grpo_settings
         val = registry.split_rows(registry.get(env), "validation", settings.env_settings, p.data)
         evals: list = []
         r = run_grpo(settings, gate, p.data, runs=runs, overwrite=True, eval_run=p.eval().run, source=p.describe(),
@@ -350,7 +389,7 @@ def run_env(preset: Preset, env: str, sizes: dict, methods: list[str], held: lis
     ``per_item``; return the SFT phase's result and the methods' results."""
     from agentrl.envs import registry
 
-    runs, key = out / "runs", registry.get(env).success
+    runs, key = out / "runs", OUTCOME.get(env, registry.get(env).success)
     envs_sizes = dataclasses.asdict(preset.demo_envs())
     shape = {"textgame": EvalShape(envs_sizes["textgame_max_new_tokens"], envs_sizes["textgame_max_turns"],
                                    envs_sizes["textgame_batch"]),
@@ -408,13 +447,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="cpu_smol")
     p.add_argument("--envs", default="search,sql", help=f"comma-separated, of: {', '.join(ENVS)}")
-    p.add_argument("--methods", help=f"comma-separated, of: {', '.join(METHODS)}, or none (default: all three on "
-                                     f"{' and '.join(METHOD_ENVS)}; none elsewhere)")
+    p.add_argument("--methods", help=f"comma-separated, of: {', '.join(METHODS)}, or none (default: each where it is "
+                                     "built: " + "; ".join(f"{m} on {', '.join(e)}" for m, e in METHOD_ENVS.items())
+                                     + ")")
     p.add_argument("--sql-heldout", help="a DB Bench-layout JSONL file held out for SQL (default: AgentBench's DB "
                                          "Bench dev); every task of it is scored, none is trained on")
     p.add_argument("--math-train", help="GSM8K-layout file of math demonstrations (default [demo_envs].math_train)")
     p.add_argument("--quick", action="store_true", help="toy sizes, the same code path end to end")
-    p.add_argument("--out", help="default runs/learning (runs/learning_quick with --quick)")
+    p.add_argument("--out", help="a directory, relative to the current one (default: the repository's runs/learning, "
+                                 "runs/learning_quick with --quick)")
     p.add_argument("--report", action="store_true", help="print and rewrite the table of a finished run, train nothing")
     args = p.parse_args(argv)
     args.envs = [e.strip() for e in args.envs.split(",") if e.strip()]
@@ -428,10 +469,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         bad = [m for m in args.methods if m not in METHODS]
         if bad:
             p.error(f"--methods: unknown method(s) {bad} (choose from {', '.join(METHODS)}, none)")
-        elsewhere = [e for e in args.envs if e not in METHOD_ENVS]
-        if args.methods and elsewhere:
-            p.error(f"--methods: GRPO / DPO / RFT are built for {', '.join(METHOD_ENVS)} only, not {elsewhere}; "
-                    "run those with --methods none")
+        for m in args.methods:
+            elsewhere = [e for e in args.envs if e not in METHOD_ENVS[m]]
+            if elsewhere:
+                p.error(f"--methods: {m} is built for {', '.join(METHOD_ENVS[m])} only, not {', '.join(elsewhere)}; "
+                        "run those with --methods none (or without --methods: each method where it is built)")
     for flag, path in (("--sql-heldout", args.sql_heldout), ("--math-train", args.math_train)):
         if path and not Path(path).is_file():
             p.error(f"{flag}: {path} is not a file")
@@ -441,7 +483,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print and write its table; return 0 (2 on bad input, before any model loads)."""
     args = parse(argv)
-    out = Path(args.out or ("runs/learning_quick" if args.quick else "runs/learning")).resolve()
+    out = Path(args.out).resolve() if args.out else ROOT / "runs" / ("learning_quick" if args.quick else "learning")
     sql_heldout = str(Path(args.sql_heldout).resolve()) if args.sql_heldout else None
     math_train = str(Path(args.math_train).resolve()) if args.math_train else None
     os.chdir(ROOT)
@@ -467,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         envs_sizes = dataclasses.asdict(preset.demo_envs())
         if math_train:
             envs_sizes["math_train"] = math_train
-        preset = env_preset(preset, envs_sizes, args.quick)
+        preset = env_preset(preset, envs_sizes, args.quick, args.envs)
         n_sql = sizes["heldout"]["sql"] or preset.demo().sql_heldout_tasks
         held = {env: heldout_rows(preset, env, n_sql if env == "sql" else sizes["heldout"].get(env))
                 for env in args.envs}
@@ -484,15 +526,17 @@ def main(argv: list[str] | None = None) -> int:
     if "search" in args.envs:
         from agentrl.data.pipeline import corpus_and_index
 
+        timed.env = "search"
         timed("corpus + index search", lambda: {"index": str(corpus_and_index(
             preset.settings("corpus"), preset.settings("index"), progress=False).index_dir)})
     table: dict = {env: {} for env in args.envs}
     per_item: dict = {env: {} for env in args.envs}
     sft, methods = {}, {}
     for env in args.envs:
-        chosen = args.methods if env in METHOD_ENVS else []
+        timed.env = env
+        chosen = [m for m in args.methods if env in METHOD_ENVS[m]]
         if args.methods and not chosen:
-            print(f"[learning] {env}: base -> SFT only (GRPO / DPO / RFT are built for {', '.join(METHOD_ENVS)})")
+            print(f"[learning] {env}: base -> SFT only (no method of {', '.join(args.methods)} is built for it)")
         sft[env], methods[env] = run_env(preset, env, sizes, chosen, held[env], out, timed, args.quick, table,
                                          per_item)
     compare(table, per_item)
@@ -500,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"command": cmd, "config": args.config, "sizes": sizes, "load": load_avg,
               "heldout": {env: [str(r["id"]) for r in rows] for env, rows in held.items()},
               "sql_heldout": split_source(preset, "sql") if "sql" in args.envs else None,
-              "success_keys": {env: registry.get(env).success for env in args.envs},
+              "success_keys": {env: OUTCOME.get(env, registry.get(env).success) for env in args.envs},
               "table": table, "per_item": per_item, "sft": sft, "methods": methods, "phases": dict(timed),
               "total_minutes": round((time.perf_counter() - start) / 60, 1)}
     result["targets"] = targets(result)

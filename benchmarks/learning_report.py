@@ -61,19 +61,18 @@ def targets(result: dict) -> list[dict]:
 
 
 def env_minutes(result: dict) -> dict[str, float]:
-    """Return the minutes each environment's phases took (the phases named ``... <env>``)."""
+    """Return the minutes each environment's phases took (a phase records the environment it ran for)."""
     out: dict[str, float] = {}
-    for phase, p in result["phases"].items():
-        env = phase.rsplit(" ", 1)[-1]
-        if env in result["table"]:
-            out[env] = out.get(env, 0.0) + p["seconds"] / 60
+    for p in result["phases"].values():
+        if p.get("env") in result["table"]:
+            out[p["env"]] = out.get(p["env"], 0.0) + p["seconds"] / 60
     return out
 
 
 def headline(r: dict) -> str:
     """Return a row's env-specific scores (F1, SQL exec, text-game score, math answered share) as one cell."""
-    keys = (("f1", "F1"), ("exec", "exec"), ("score", "score"), ("invalid_actions", "invalid actions"),
-            ("calculator_calls", "calculator calls"))
+    keys = (("f1", "F1"), ("exec", "exec"), ("score", "score"), ("solved", "solved"),
+            ("invalid_actions", "invalid actions"), ("calculator_calls", "calculator calls"))
     return ", ".join(f"{label} {r[k]:.3f}" for k, label in keys if r.get(k) is not None) or "-"
 
 
@@ -81,17 +80,19 @@ def markdown(result: dict) -> str:
     """Return the table (success with its interval, paired difference to SFT, well-formed call share, the env's
     own scores), the targets, the phase timings and the GRPO / sampling lines."""
     lines = [f"Command: `{result['command']}` ({result['total_minutes']} min, load {result['load']} at the start)", "",
-             "| env | model | n | success (95% CI) | vs SFT (95% CI) | well-formed call share | other scores | note |",
+             "| env (per-item outcome) | model | n | outcome (95% CI) | vs SFT (95% CI) | well-formed call share | "
+             "other scores | note |",
              "|---|---|---|---|---|---|---|---|"]
     for env, models in result["table"].items():
+        label = f"{env} ({result['success_keys'][env]})"
         for name, r in models.items():
             if "success" not in r:
-                lines.append(f"| {env} | {name} | - | - | - | - | - | not run: {r.get('why_not', '')[:80]} |")
+                lines.append(f"| {label} | {name} | - | - | - | - | - | not run: {r.get('why_not', '')[:80]} |")
                 continue
             ci = f"{r['success']:.3f} [{r['success_ci'][0]:.3f}, {r['success_ci'][1]:.3f}]"
             diff = (f"{r['diff_vs_sft']:+.3f} [{r['diff_ci'][0]:+.3f}, {r['diff_ci'][1]:+.3f}]"
                     if "diff_vs_sft" in r else "-")
-            lines.append(f"| {env} | {name} | {r['n']} | {ci} | {diff} | {r['wellformed_call_share']:.2f} | "
+            lines.append(f"| {label} | {name} | {r['n']} | {ci} | {diff} | {r['wellformed_call_share']:.2f} | "
                          f"{headline(r)} | |")
     lines += ["", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else 'no'} |" for t in targets(result)]

@@ -34,7 +34,8 @@ def test_a_bad_sql_heldout_file_stops_with_its_file_and_line_before_any_model_lo
 
 @pytest.mark.parametrize("args, said", [
     (["--envs", "search,sqll"], "unknown environment(s) ['sqll']"),
-    (["--envs", "textgame", "--methods", "grpo"], "built for search, sql only"),
+    (["--envs", "textgame", "--methods", "grpo,dpo"], "dpo is built for search, sql only, not textgame"),
+    (["--envs", "sql,math", "--methods", "grpo"], "grpo is built for search, sql, textgame only, not math"),
     (["--methods", "grpo,ppo"], "unknown method(s) ['ppo']"),
     (["--sql-heldout", "no/such/file.jsonl"], "--sql-heldout: no/such/file.jsonl is not a file"),
 ])
@@ -55,7 +56,8 @@ def test_the_report_pairs_each_method_with_sft_on_the_same_items_and_marks_the_t
               "per_item": {"sql": {"base": dpo, "sft": sft, "grpo": grpo, "dpo": dpo}},
               "methods": {"sql": {"grpo": {"history": [{"step": s, "reward": 0.1 * s, "kl": 0.001} for s in
                                                        range(1, 9)]}}},
-              "phases": {"sft sql": {"seconds": 600.0}, "grpo sql": {"seconds": 3060.0}}}
+              "phases": {"prepare model": {"seconds": 5.0, "env": None}, "sft sql": {"seconds": 600.0, "env": "sql"},
+                         "grpo sql": {"seconds": 3060.0, "env": "sql"}}}
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         from learning_report import compare, markdown, targets
@@ -70,7 +72,7 @@ def test_the_report_pairs_each_method_with_sft_on_the_same_items_and_marks_the_t
     assert not met["sql: DPO keeps the well-formed call share within 0.02 of SFT's"]
     assert met["sql: GRPO mean reward, last quarter > first (2 of 8 steps)"]
     assert not met["sql: <= 60 min on this machine"]  # 61 min of phases
-    assert "| sql | grpo | 40 | 0.475 [" in markdown(result)
+    assert "| sql (em) | grpo | 40 | 0.475 [" in markdown(result)
     (tmp_path / "learning.json").write_text(json.dumps(result))
     r = run("--report", "--out", str(tmp_path), cwd=tmp_path)
-    assert r.returncode == 0 and "| sql | grpo | 40 | 0.475 [" in r.stdout and (tmp_path / "curves.html").exists()
+    assert r.returncode == 0 and "| sql (em) | grpo | 40 | 0.475 [" in r.stdout and (tmp_path / "curves.html").exists()

@@ -94,6 +94,20 @@ def test_the_three_splits_are_games_of_three_disjoint_folds():
     assert [r["id"] for r in registry.split_rows(spec, "all", settings)] == ids
 
 
+def test_training_games_from_a_later_seed_are_games_an_sft_run_on_the_first_seeds_never_saw():
+    from agentrl.envs import registry
+    from agentrl.envs.textgame import TextGameSettings
+
+    spec = registry.get("textgame")
+    demos = registry.split_rows(spec, "train", TextGameSettings(train=3))
+    later = registry.split_rows(spec, "train", TextGameSettings(train=2, train_from=3, validation=1))
+    assert [r["metadata"]["seed"] for r in later] == [3, 4]
+    assert {r["id"] for r in later}.isdisjoint(r["id"] for r in demos)
+    assert {r["question"] for r in later}.isdisjoint(r["question"] for r in demos)
+    val = registry.split_rows(spec, "validation", TextGameSettings(train=2, train_from=3, validation=1))
+    assert [r["metadata"]["seed"] for r in val] == [0]  # train_from moves the training seeds only
+
+
 def test_concurrent_episodes_each_get_their_own_game_and_games_return_to_the_pool(dev_rows):
     results, games = {}, set()
     together = threading.Barrier(3, timeout=120)  # all three hold a game at once: threads may otherwise run in turn

@@ -30,7 +30,8 @@ class TextGameSettings(EnvSettings):
     """The text game's settings ([eval.textgame], [grpo.textgame]): how many games each split generates (train-fold
     seeds for training, test-fold seeds for validation, dev-fold seeds held out)."""
 
-    train: int = 20  # training games (train-fold seeds 0..)
+    train: int = 20  # training games (train-fold seeds train_from..)
+    train_from: int = 0  # first training seed: GRPO on games an SFT run's demonstrations (seeds 0..) never showed
     validation: int = 0  # validation games (test-fold seeds 0..)
     heldout: int = 20  # held-out games (dev-fold seeds 0..)
 
@@ -52,9 +53,10 @@ def build(settings: TextGameSettings, preset: dict | None = None):
 
 
 def rows(split: str, settings: TextGameSettings, preset: dict | None = None, source: str | None = None) -> list[dict]:
-    """Return generated games of ``split`` (``train`` train-fold seeds, ``validation`` test-fold, ``heldout``
-    dev-fold, as many as the settings say; ``all`` every split's); ``source`` names a fold (train, dev, test: the
-    split's number of its games) or a task-row JSONL file (its rows, whatever the split)."""
+    """Return generated games of ``split`` (``train`` train-fold seeds from ``train_from``, ``validation`` test-fold
+    seeds from 0, ``heldout`` dev-fold seeds from 0, as many as the settings say; ``all`` every split's);
+    ``source`` names a fold (train, dev, test: the split's number of its games, from seed 0) or a task-row JSONL file
+    (its rows, whatever the split)."""
     if source is not None and source not in FOLDS:
         return read_jsonl(data_file(source), required=("id", "question", "metadata"))
     if split == "all":
@@ -62,7 +64,8 @@ def rows(split: str, settings: TextGameSettings, preset: dict | None = None, sou
             return textgame_tasks(source, max(settings.train, settings.validation, settings.heldout))
         return [r for s in ("train", "validation", "heldout") for r in rows(s, settings, preset, source)]
     n = {"train": settings.train, "validation": settings.validation, "heldout": settings.heldout}[split]
-    return textgame_tasks(source or SPLIT_FOLDS[split], n) if n else []
+    first = settings.train_from if split == "train" and source is None else 0
+    return textgame_tasks(source or SPLIT_FOLDS[split], n, first_seed=first) if n else []
 
 
 def score(prediction, row, env) -> dict:
