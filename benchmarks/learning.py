@@ -63,18 +63,24 @@ QUICK = {"heldout": {"search": 4, "sql": 3}, "demos": {"search": 20, "sql": 14},
          "grpo_steps": 2, "grpo_batch": 4, "grpo_accum": 1, "grpo_generations": 2, "grpo_beta": 0.01, "val": 2,
          "eval_every": 1, "dpo_steps": 1, "rft_steps": 1,
          "success": ("format", 0.5)}  # a 2-step SFT never answers right: well-formed tool use makes the pairs
-# the GRPO runs' trainer values per environment: a two-call SQL episode reaches ~250 tokens; a text-game turn is ~40
-# model tokens + ~130 of observation, and 6 actions take and put away both objects after "look around"
-RUN = {"sql": {"max_completion_length": 256, "max_tool_calling_iterations": 2},
-       "textgame": {"max_completion_length": 1024, "max_tool_calling_iterations": 6,
-                    "model": {"max_seq_length": 1408}}}
-# the text game's full-run GRPO sizes: no difficulty filter (the score is dense: groups of equal scores are skipped),
-# 2 games x 4 rollouts a step (~125 s each), 16 steps on 32 training games the SFT never saw, 8 validation games;
-# learning rate 1e-4, not swept: at the preset's 3e-5 SQL's KL stayed below 0.001 over 6 steps, at 1e-4 it reached
-# 0.008-0.022 over 40 with the call format kept (docs/results.md)
-TEXTGAME_GRPO = {"grpo_steps": 16, "grpo_accum": 2, "val": 8, "eval_every": 8, "train": 32, "grpo_lr": 1e-4}
-FILTERED = ("search", "sql")  # GRPO on the difficulty filter's kept items (binary success: the filter finds signal)
-
+# how each environment's GRPO runs here. ``filtered``: on the items the difficulty filter kept (binary success: the
+# filter finds the items with signal); the text game plays its pool unfiltered (its score is dense: groups of equal
+# scores are skipped). ``grpo``: its [grpo] values (a two-call SQL episode reaches ~250 tokens; a text-game turn is
+# ~40 model tokens + ~130 of observation, and 6 actions take and put away both objects after "look around").
+# ``env``: its [grpo.<env>] values (SQL: tables of another generator seed than the demonstrations': on its own
+# demonstrations' tasks the SFT adapter succeeds in nearly every rollout, which leaves GRPO no signal). ``full``: a
+# full run's sizes over FULL's (the text game: 2 games x 4 rollouts a step, ~125 s each, 16 steps on 32 training
+# games the SFT never saw, 8 validation games). The text game's learning rate 1e-4 is not swept: at the preset's 3e-5
+# SQL's KL stayed below 0.001 over 6 steps, at 1e-4 it reached 0.008-0.022 over 40 with the call format kept.
+GRPO_RUN = {
+    "search": {"filtered": True},
+    "sql": {"filtered": True, "grpo": {"max_completion_length": 256, "max_tool_calling_iterations": 2},
+            "env": {"synthetic_seed": 1}},
+    "textgame": {"filtered": False,
+                 "grpo": {"max_completion_length": 1024, "max_tool_calling_iterations": 6, "learning_rate": 1e-4,
+                          "model": {"max_seq_length": 1408}},
+                 "full": {"grpo_steps": 16, "grpo_accum": 2, "val": 8, "eval_every": 8, "train": 32}},
+}
 
 def token_counter():
     """Return a TrainerCallback that keeps the last ``num_tokens`` the trainer logged (tokens trained on)."""
@@ -247,23 +253,20 @@ def grpo_layer(preset: Preset, env: str, sizes: dict, adapter: str, quick: bool)
     """Return the ``[grpo]`` layer of one environment's run: the SFT adapter, KL logged (beta), equal-reward groups
     skipped, a validation slice (``[grpo.<env>] validation``: never sampled or trained on, evaluated every
     ``eval_every`` steps by :func:`validation_eval`, not by GRPO's held-out evaluation), the env's trainer values
-    (:data:`RUN`); training items the SFT demonstrations never showed: SQL, synthetic tables of another generator
-    seed; the text game, train-fold games after the demonstrated seeds (:data:`TEXTGAME_GRPO` in a full run), its
-    validation games played with the held-out evaluation's turns and tokens."""
-    if env == "textgame" and not quick:
-        sizes = {**sizes, **TEXTGAME_GRPO}
-    table: dict = {**RUN.get(env, {}), "env": env, "name": f"learning_grpo_{env}", "adapter": adapter,
+    and sizes (:data:`GRPO_RUN`); training items the SFT demonstrations never showed: SQL, synthetic tables of another
+    generator seed; the text game, train-fold games after the demonstrated seeds, its validation games played with the
+    held-out evaluation's turns and tokens."""
+    run = GRPO_RUN[env]
+    if not quick:
+        sizes = {**sizes, **run.get("full", {})}
+    table: dict = {**run.get("grpo", {}), "env": env, "name": f"learning_grpo_{env}", "adapter": adapter,
                    "max_steps": sizes["grpo_steps"], "per_device_train_batch_size": sizes["grpo_batch"],
                    "gradient_accumulation_steps": sizes["grpo_accum"], "num_generations": sizes["grpo_generations"],
                    "beta": sizes["grpo_beta"], "eval_questions": 0, "eval_every": sizes["eval_every"],
-                   "skip_equal_groups": True, env: {"validation": sizes["val"]}}
-    if "grpo_lr" in sizes:
-        table["learning_rate"] = sizes["grpo_lr"]
-    if env == "sql":  # tables the SFT demonstrations (seed 0) never showed: on its own demonstrations' tasks the SFT
-        table[env]["synthetic_seed"] = 1  # adapter succeeds in nearly every rollout, which leaves GRPO no signal
-    if env == "textgame":
+                   "skip_equal_groups": True, env: {**run.get("env", {}), "validation": sizes["val"]}}
+    if env == "textgame":  # the games after the demonstrated ones: a full run's pool, or as many as demonstrated
         demos, shape = preset.eval().envs["textgame"].train, preset.demo_envs()
-        table[env].update(train=sizes.get("train", 6), train_from=demos, max_turns=shape.textgame_max_turns)
+        table[env].update(train=sizes.get("train", demos), train_from=demos, max_turns=shape.textgame_max_turns)
         table["eval_max_new_tokens"] = shape.textgame_max_new_tokens
     elif quick:  # a training pool of --quick's size
         table[env]["train"] = sizes["demos"][env] - sizes["val"]
@@ -321,16 +324,20 @@ def run_methods(preset: Preset, env: str, sizes: dict, methods: list[str], sft_a
 
     res: dict = {}
     sample_dir = runs / "sample" / f"learning_{env}"
-    key, minimum = sizes["success"] or (registry.get(env).success, 1.0)
-    p = preset.with_layer({"grpo": grpo_layer(preset, env, sizes, sft_adapter, quick),
-                           "sample": {"name": f"learning_{env}", "k": sizes["k"], "items": sizes["sample_items"],
-                                      "max_new_tokens": sizes["sample_new_tokens"], "success_key": key,
-                                      "success_min": minimum},
-                           "dpo": {"name": f"learning_dpo_{env}", "data": str(sample_dir), "adapter": sft_adapter,
-                                   "max_steps": sizes["dpo_steps"]}},
-                          f"benchmarks/learning.py ({env})")
-    gate, grpo_settings, cfg = p.heldout, p.grpo(), p.sample()
-    if env in FILTERED or {"dpo", "rft"} & set(methods):
+    filtered = GRPO_RUN[env]["filtered"]
+    sampled = filtered or bool({"dpo", "rft"} & set(methods))  # the filter's items, or DPO's pairs / RFT's successes
+    layers: dict = {"grpo": grpo_layer(preset, env, sizes, sft_adapter, quick)}
+    if sampled:
+        key, minimum = sizes["success"] or (registry.get(env).success, 1.0)
+        layers["sample"] = {"name": f"learning_{env}", "k": sizes["k"], "items": sizes["sample_items"],
+                            "max_new_tokens": sizes["sample_new_tokens"], "success_key": key, "success_min": minimum}
+    if "dpo" in methods:
+        layers["dpo"] = {"name": f"learning_dpo_{env}", "data": str(sample_dir), "adapter": sft_adapter,
+                         "max_steps": sizes["dpo_steps"]}
+    p = preset.with_layer(layers, f"benchmarks/learning.py ({env})")
+    gate, grpo_settings = p.heldout, p.grpo()
+    if sampled:
+        cfg = p.sample()
         sample = timed(f"sample {env}", run_sample, cfg, grpo_settings, gate, p.data, runs=runs, source=p.describe())
         print(summary_line(sample, cfg.k), flush=True)
         res["sample"] = {"counts": sample["counts"], "kept": sample["kept"]}
@@ -351,7 +358,7 @@ def run_methods(preset: Preset, env: str, sizes: dict, methods: list[str], sft_a
         return None
 
     def grpo():
-        if env in FILTERED:  # the items the difficulty filter kept
+        if filtered:  # the items the difficulty filter kept
             settings = dataclasses.replace(grpo_settings, items=str(sample_dir))
         else:
             settings = grpo_settings
@@ -542,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     compare(table, per_item)
     cmd = " ".join(["uv run python benchmarks/learning.py", *(argv if argv is not None else sys.argv[1:])])
     result = {"command": cmd, "config": args.config, "sizes": sizes, "load": load_avg,
+              "grpo_run": {env: GRPO_RUN[env] for env in args.envs if env in GRPO_RUN},
               "heldout": {env: [str(r["id"]) for r in rows] for env, rows in held.items()},
               "sql_heldout": split_source(preset, "sql") if "sql" in args.envs else None,
               "success_keys": {env: OUTCOME.get(env, registry.get(env).success) for env in args.envs},

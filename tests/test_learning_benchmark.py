@@ -76,3 +76,20 @@ def test_the_report_pairs_each_method_with_sft_on_the_same_items_and_marks_the_t
     (tmp_path / "learning.json").write_text(json.dumps(result))
     r = run("--report", "--out", str(tmp_path), cwd=tmp_path)
     assert r.returncode == 0 and "| sql (em) | grpo | 40 | 0.475 [" in r.stdout and (tmp_path / "curves.html").exists()
+
+
+@pytest.mark.parametrize("make, said", [
+    (lambda run: None, "learning.json not found"),
+    (lambda run: (run / "learning.json").write_text(json.dumps(
+        {"methods": {"sql": {"dpo": {"adapter": None, "why_not": "no pair"}}}, "sft": {}})), "has no SQL DPO adapter"),
+])
+def test_the_dpo_sweep_needs_a_learning_run_with_an_sql_dpo_and_writes_nothing_without_one(tmp_path, make, said):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    make(run_dir)
+    before = sorted(run_dir.iterdir())
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dpo_sweep.py"), "--run", "run"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300,
+                       env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "lib")})
+    assert r.returncode == 2 and said in r.stderr
+    assert sorted(run_dir.iterdir()) == before  # no dpo_sweep/ half-written

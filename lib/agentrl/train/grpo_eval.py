@@ -13,7 +13,7 @@ from agentrl.rollout.local import LocalConfig, LocalPolicy
 from agentrl.rollout.runner import RunConfig
 from agentrl.train.rank_eval import evaluate_on_every_rank
 
-HEADLINE = ("f1", "em", "acc", "judge", "exec", "score")  # score: the text game's partial progress
+HEADLINE = ("f1", "em", "acc", "judge", "exec", "overlap", "score")  # overlap: SQL partial credit; score: the text game
 
 
 def agent_eval(model, tokenizer, settings, task, preset: dict | None, out: Path, step: int, rows: list[dict],
