@@ -77,7 +77,6 @@ def main() -> int:
     grpo = preset.with_layer({"grpo": learning.grpo_layer(preset, "sql", learning.FULL, sft_adapter, False)},
                              "benchmarks/dpo_sweep.py").grpo()
     val = registry.split_rows(registry.get("sql"), "validation", grpo.env_settings, preset.data)
-    shape = learning.EvalShape(preset.eval().local.max_new_tokens)
     out = run / "dpo_sweep"
     models = {"sft": sft_adapter, "dpo": sql["dpo"]["adapter"]}
     histories = {}
@@ -93,7 +92,7 @@ def main() -> int:
     table, items = {"sql": {}}, {"sql": {}}
     for label, adapter in models.items():
         name = f"val_{label.replace('@', '_')}"
-        table["sql"][label] = learning.evaluate(preset, "sql", val, adapter, name, out, shape)
+        table["sql"][label] = learning.evaluate(preset, "sql", val, adapter, name, out)
         items["sql"][label] = learning.outcomes(out, name, "em")
     compare(table, items)
     lines = [f"validation: {len(val)} SQL tasks ({', '.join(str(r['id']) for r in val[:3])}, ...)", "",

@@ -72,10 +72,9 @@ def main() -> int:
     table: dict = {"sql": {}}
     if not args.no_heldout:
         held = learning.heldout_rows(preset, "sql", None)
-        shape = learning.EvalShape(preset.eval().local.max_new_tokens)
         items: dict = {"sql": {}}
         for label, path in (("sft", adapter), ("grpo", str(res.out / "adapter"))):
-            table["sql"][label] = learning.evaluate(preset, "sql", held, path, f"{name}_{label}", out, shape)
+            table["sql"][label] = learning.evaluate(preset, "sql", held, path, f"{name}_{label}", out)
             items["sql"][label] = learning.outcomes(out, f"{name}_{label}", "em")
         compare(table, items)  # success with its interval; GRPO's paired difference to SFT with its interval
     rewards = [h["reward"] for h in res.metrics["history"] if h.get("reward") is not None]

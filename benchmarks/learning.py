@@ -54,12 +54,12 @@ OUTCOME = {"textgame": "score"}
 
 # sizes: full run / --quick (the same code path at toy sizes)
 FULL = {"heldout": {"search": None, "sql": None}, "demos": {"search": None, "sql": None}, "sft_steps": None,
-        "sample_items": 48, "k": 4, "sample_new_tokens": 96,
+        "sample_items": 48, "k": 4,
         "grpo_steps": 6, "grpo_batch": 4, "grpo_accum": 4,  # 16 rollouts a step, 4 a pass (16 at once: 24 GB, OOM)
         "grpo_generations": 4, "grpo_beta": 0.01, "val": 16, "eval_every": 4,
         "dpo_steps": 24, "rft_steps": 12, "success": None}
 QUICK = {"heldout": {"search": 4, "sql": 3}, "demos": {"search": 20, "sql": 14}, "sft_steps": 10,
-         "sample_items": 4, "k": 2, "sample_new_tokens": 48,
+         "sample_items": 4, "k": 2,
          "grpo_steps": 2, "grpo_batch": 4, "grpo_accum": 1, "grpo_generations": 2, "grpo_beta": 0.01, "val": 2,
          "eval_every": 1, "dpo_steps": 1, "rft_steps": 1,
          "success": ("format", 0.5)}  # a 2-step SFT never answers right: well-formed tool use makes the pairs
@@ -113,28 +113,18 @@ def scores(metrics: dict) -> dict:
     return row
 
 
-@dataclasses.dataclass
-class EvalShape:
-    """How one environment's held-out items are run: new tokens a turn, turns (None: the env table's), batch."""
-
-    max_new_tokens: int
-    max_turns: int | None = None
-    batch: int | None = None
-
-
 def evaluate(preset: Preset, env: str, rows: list[dict], adapter: str | None, name: str, out: Path,
-             shape: EvalShape) -> dict:
+             batch: int | None = None) -> dict:
     """Run the batched local policy (base model + ``adapter``) on the held-out ``rows`` (``[eval]`` and its
-    ``[eval.<env>]`` table, ``shape`` applied); return the table row (with the evaluation's wall time)."""
+    ``[eval.<env>]`` table: the environment's evaluation budget, which GRPO's evaluations read too; ``batch``
+    concurrent episodes when given); return the table row (with the evaluation's wall time)."""
     from agentrl.rollout.evaluate import run_eval, variant
 
     cfg = variant(preset.eval(), name=name, env=env, policy="local", split="heldout", qa=None, offset=0, limit=None,
-                  adapter=adapter, max_new_tokens=shape.max_new_tokens)
-    if shape.max_turns:
-        cfg.envs = {**cfg.envs, env: dataclasses.replace(cfg.env_settings, max_turns=shape.max_turns)}
-    if shape.batch:
-        cfg.run = dataclasses.replace(cfg.run, concurrency=shape.batch)
-        cfg.local = dataclasses.replace(cfg.local, max_batch=shape.batch)
+                  adapter=adapter)
+    if batch:
+        cfg.run = dataclasses.replace(cfg.run, concurrency=batch)
+        cfg.local = dataclasses.replace(cfg.local, max_batch=batch)
     t = time.perf_counter()
     m = run_eval(cfg, preset.data, rows=rows, overwrite=True, out_dir=out / "eval" / name)
     return {**scores(m), "seconds": round(time.perf_counter() - t, 1)}
@@ -191,7 +181,7 @@ def curate_export(preset: Preset, runs: Path, names: list[str], **changes) -> tu
     cfg = dataclasses.replace(preset.curate(), **changes)
     data = runs / "data" / cfg.name
     report = curate([runs / "eval" / n for n in names], cfg, data, preset.heldout)
-    export(data, FORMATS)
+    export(data, FORMATS, preset.heldout)
     return data, report
 
 
@@ -265,9 +255,8 @@ def grpo_layer(preset: Preset, env: str, sizes: dict, adapter: str, quick: bool)
                    "beta": sizes["grpo_beta"], "eval_questions": 0, "eval_every": sizes["eval_every"],
                    "skip_equal_groups": True, env: {**run.get("env", {}), "validation": sizes["val"]}}
     if env == "textgame":  # the games after the demonstrated ones: a full run's pool, or as many as demonstrated
-        demos, shape = preset.eval().envs["textgame"].train, preset.demo_envs()
-        table[env].update(train=sizes.get("train", demos), train_from=demos, max_turns=shape.textgame_max_turns)
-        table["eval_max_new_tokens"] = shape.textgame_max_new_tokens
+        demos = preset.eval().envs["textgame"].train
+        table[env].update(train=sizes.get("train", demos), train_from=demos)  # [eval.textgame]'s budget evaluates
     elif quick:  # a training pool of --quick's size
         table[env]["train"] = sizes["demos"][env] - sizes["val"]
     return table
@@ -330,7 +319,7 @@ def run_methods(preset: Preset, env: str, sizes: dict, methods: list[str], sft_a
     if sampled:
         key, minimum = sizes["success"] or (registry.get(env).success, 1.0)
         layers["sample"] = {"name": f"learning_{env}", "k": sizes["k"], "items": sizes["sample_items"],
-                            "max_new_tokens": sizes["sample_new_tokens"], "success_key": key, "success_min": minimum}
+                            "success_key": key, "success_min": minimum}
     if "dpo" in methods:
         layers["dpo"] = {"name": f"learning_dpo_{env}", "data": str(sample_dir), "adapter": sft_adapter,
                          "max_steps": sizes["dpo_steps"]}
@@ -398,14 +387,11 @@ def run_env(preset: Preset, env: str, sizes: dict, methods: list[str], held: lis
 
     runs, key = out / "runs", OUTCOME.get(env, registry.get(env).success)
     envs_sizes = dataclasses.asdict(preset.demo_envs())
-    shape = {"textgame": EvalShape(envs_sizes["textgame_max_new_tokens"], envs_sizes["textgame_max_turns"],
-                                   envs_sizes["textgame_batch"]),
-             "math": EvalShape(envs_sizes["math_max_new_tokens"])}.get(env,
-                                                                        EvalShape(preset.eval().local.max_new_tokens))
+    batch = envs_sizes["textgame_batch"] if env == "textgame" else None
 
     def eval_model(label: str, adapter: str | None) -> dict:
         name = f"{env}_{label}"
-        table[env][label] = evaluate(preset, env, held, adapter, name, out, shape)
+        table[env][label] = evaluate(preset, env, held, adapter, name, out, batch)
         per_item[env][label] = outcomes(out, name, key)
         print(f"[learning] {env} {label}: {table[env][label]}", flush=True)
         return {}

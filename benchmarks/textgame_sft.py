@@ -22,10 +22,10 @@ from pathlib import Path
 def learn(root: Path, games: int = 40, steps: int = 150, check: int = 4) -> dict:
     """Run oracle play → curation → export → LoRA SFT of the tiny model under ``root``; return the SFT metrics
     (``check`` holds the base and SFT inference checks on dev-fold games, ``loss`` the logged losses)."""
-    from agentrl.core.heldout import HeldOut
     from agentrl.data.curate import CurateConfig, curate
     from agentrl.data.export import export
     from agentrl.envs import registry
+    from agentrl.envs.heldout import gate_of
     from agentrl.envs.textgame import TextGameSettings
     from agentrl.rollout.evaluate import EvalConfig, run_eval
     from agentrl.rollout.runner import RunConfig
@@ -39,19 +39,18 @@ def learn(root: Path, games: int = 40, steps: int = 150, check: int = 4) -> dict
                      run=RunConfig(progress=False), envs={"textgame": TextGameSettings(train=games, max_turns=20)})
     run_eval(cfg, runs=root, overwrite=True)
     # the check: the first dev-fold games (the env's heldout split, the text game's default turn budget); they are this
-    # run's held-out set, which curation and SFT drop (a text game's question is a generated description: ids only)
-    check_cfg = EvalConfig(name="tg_check", env="textgame", envs={"textgame": TextGameSettings()})
+    # run's held-out set, which curation and SFT drop (by their opening text, what the model reads)
+    check_cfg = EvalConfig(name="tg_check", env="textgame", envs={"textgame": TextGameSettings(max_new_tokens=64)})
     held = registry.split_rows(registry.get("textgame"), "heldout", check_cfg.env_settings)
-    gate = HeldOut.of(held, by_question=lambda r: False, source="the check's dev-fold games")
+    gate = gate_of("textgame", held, "the check's dev-fold games")
     curate([root / "eval" / "tg_oracle"], CurateConfig(val_fraction=0.1), root / "data", gate)
-    export(root / "data", ["trl"])
+    export(root / "data", ["trl"], gate)
     settings = SFTSettings.of(name="tg", data=str(root / "data"), max_steps=steps, learning_rate=2e-3,
                               lr_scheduler_type="constant", warmup_steps=0.0, optim="adamw_torch",
                               per_device_train_batch_size=4, per_device_eval_batch_size=4,
                               gradient_accumulation_steps=1, gradient_checkpointing=False, max_length=3072,
                               logging_steps=20, logging_first_step=True, save_strategy="no", report_to=[],
                               check_questions=check,
-                              check_max_new_tokens=64,
                               model={"name": str(tiny), "lora": {"r": 32, "alpha": 64, "dropout": 0.0}})
     return run_sft(settings, gate, check_cfg, None, runs=root).metrics
 

@@ -49,7 +49,10 @@ def _():
     local_model = mo.ui.dropdown(nb.MODEL_CHOICES, value="preset's model", label="local model")
     temperature = mo.ui.number(start=0.0, stop=2.0, step=0.1, value=nb.arg(args, "temperature", 0.0),
                                label="temperature")
-    max_tokens = mo.ui.number(start=16, stop=32_768, value=nb.arg(args, "max_tokens", 1024), label="max tokens")
+    # the environment's evaluation budget (its [eval.<env>] max_new_tokens): what every evaluation of it reads
+    shown_tokens = nb.eval_tokens(preset, defaults.env)
+    max_tokens = mo.ui.number(start=16, stop=32_768, value=nb.arg(args, "max_new_tokens", shown_tokens),
+                              label="new tokens a turn")
     extra_body = mo.ui.text(value=nb.arg(args, "extra_body", ""), label="extra_body (JSON)",
                             placeholder='{"chat_template_kwargs": {"enable_thinking": false}}')
     limit = mo.ui.number(start=0, stop=100_000, value=nb.arg(args, "limit", defaults.limit or 0),
@@ -61,20 +64,22 @@ def _():
                mo.hstack([temperature, max_tokens, extra_body]), run_button,
                mo.md("The API key is read from `OPENAI_API_KEY` or `.env`, never from this form.")])
     return (args, base_url, env, extra_body, limit, local_model, max_tokens, model, name, policy, preset,
-            run_button, temperature)
+            run_button, shown_tokens, temperature)
 
 
 @app.cell
-def _(args, base_url, env, extra_body, limit, local_model, max_tokens, model, name, policy, preset, temperature):
+def _(args, base_url, env, extra_body, limit, local_model, max_tokens, model, name, policy, preset, shown_tokens,
+      temperature):
     # the preset's run name with another policy becomes that policy's own (never the oracle's results for "local")
     _name = nb.run_name(preset, env.value, policy.value, name.value)
     # the form is the last layer of the preset's merge: checked like a preset value, recorded in the manifest
-    _endpoint = {"temperature": float(temperature.value), "max_tokens": int(max_tokens.value),
+    _endpoint = {"temperature": float(temperature.value),
                  **({"base_url": base_url.value} if base_url.value else {}),
                  **({"model": model.value} if model.value else {}),
                  **({"extra_body": nb.json_value(extra_body.value)} if extra_body.value else {})}
     _local = {"model": nb.prepared_model(local_model.value)} if policy.value == "local" and local_model.value else {}
-    _form = {"eval": {"env": env.value, "policy": policy.value, "name": _name, "endpoint": _endpoint,
+    _budget = {env.value: {"max_new_tokens": int(max_tokens.value)}} if int(max_tokens.value) != shown_tokens else {}
+    _form = {"eval": {"env": env.value, "policy": policy.value, "name": _name, "endpoint": _endpoint, **_budget,
                       **({"limit": int(limit.value)} if limit.value else {}), **({"local": _local} if _local else {})}}
     cfg = preset.with_layer(_form, "the notebook's form").eval()
     if cfg.policy == "oracle" and cfg.env == nb.default_env() and not nb.arg(args, "split", None):

@@ -111,7 +111,7 @@ def _(load_button, run_preset, settings):
     trainable = sum(p.numel() for p in loaded.model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in loaded.model.parameters())
     print(inputs, f"model {settings.model.name} on {loaded.backend}: {trainable:,} trainable of {total:,} parameters")
-    data = sft.load_data(settings, loaded.tokenizer, run_preset.heldout)  # the preset's held-out items dropped
+    data = sft.load_data(settings, loaded.tokenizer, run_preset.gate(settings.data))  # held-out items dropped
     print(f"data {data.train_path}: {data.counts}")
     _row = data.train[0]
     mo.vstack([mo.md(f"`{settings.model.name}` on **{loaded.backend}** · {trainable:,} trainable of {total:,} "

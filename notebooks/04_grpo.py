@@ -72,13 +72,10 @@ def _(env_pick, prepare_button, preset, which):
 @app.cell
 def _(args, env_pick, model_pick, preset):
     # the form's defaults: the preset with --max_steps / --name, the environment and the model picked above (another
-    # environment than the preset's trains as <name>_<env>, with its [grpo.<env>] table)
+    # environment than the preset's trains as <name>_<env>, with its [grpo.<env>] table: the preset names it)
     _model = nb.prepared_model(model_pick.value)
-    _table = preset.grpo()
     cli = {**{k: nb.arg(args, k, None) for k in ("max_steps", "name") if k in args}, "env": env_pick.value,
            **({"model": {"name": _model}} if _model else {})}
-    if env_pick.value != _table.env and "name" not in cli:
-        cli["name"] = f"{_table.name}_{env_pick.value}"
     picked = preset.with_layer({"grpo": cli}, "the notebook's pickers")
     defaults = picked.grpo()
     hp = hparams.form("grpo", defaults)

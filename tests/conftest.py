@@ -165,7 +165,7 @@ def check_preset(small_index) -> dict:
 
 def check_eval(small_index):
     """The EvalConfig of :func:`check_preset` (what run_sft's inference check takes)."""
-    from agentrl.core.config import from_dict
+    from agentrl.core.validate import from_dict
     from agentrl.rollout.evaluate import EvalConfig
 
     return from_dict(EvalConfig, check_preset(small_index)["eval"], "eval")
@@ -192,7 +192,7 @@ def sft_data(tmp_path_factory, small_index):
                      envs={"search": search_settings(small_index, top_k=3, passage_chars=200)})
     run_eval(cfg, runs=root)
     curate([root / "eval" / "oracle"], CurateConfig(val_fraction=0.1), root / "data", HeldOut())
-    export(root / "data", ["trl"])
+    export(root / "data", ["trl"], HeldOut())
     return root / "data"
 
 

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
+from agentrl.envs.registry import Budget, within
 from agentrl.rollout.runner import RunConfig
 from agentrl.train.configs import GRPOSettings
 from agentrl.train.grpo import build_task, heldout_rows
@@ -28,9 +29,8 @@ def main() -> int:
     rank = dist.get_rank()
     settings = GRPOSettings.of(name="fsdp", model={"name": model_path, "backend": "transformers",
                                                    "lora": {"r": 4, "alpha": 8}},
-                               eval_questions=3, eval_max_new_tokens=24,
-                               search={"index": index, "qa": qa, "train": 10, "top_k": 2, "passage_chars": 120,
-                                       "max_turns": 2})
+                               eval_questions=3,
+                               search={"index": index, "qa": qa, "train": 10, "top_k": 2, "passage_chars": 120})
     preset, run = {}, RunConfig(concurrency=1, progress=False)
     loaded = load_for_training(settings.model, seed=1)
     model = loaded.model
@@ -38,7 +38,7 @@ def main() -> int:
     for layer in layers:
         fully_shard(layer)
     fully_shard(model)
-    task = build_task(settings, preset)
+    task = within(build_task(settings, preset), Budget(max_turns=2, max_new_tokens=24))  # [eval.search]'s budget
     held_out = heldout_rows(settings, preset)
     ids = torch.tensor([[1, 2, 3]])
     kinds = sorted({type(p).__name__ for p in model.parameters()})  # every parameter a shard (DTensor)

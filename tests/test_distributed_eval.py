@@ -17,11 +17,11 @@ def test_a_two_process_grpo_run_with_eval_every_evaluates_on_both_ranks_and_writ
     preset = tmp_path / "p.toml"
     preset.write_text(f'[grpo]\nname = "ddp"\nnum_generations = 4\nper_device_train_batch_size = 4\nmax_steps = 2\n'
                       f'eval_every = 1\nmax_completion_length = 48\nmax_tool_calling_iterations = 1\n'
-                      f'eval_questions = 3\neval_max_new_tokens = 24\nreport_to = []\nlog_completions = false\n'
+                      f'eval_questions = 3\nreport_to = []\nlog_completions = false\n'
                       f'optim = "adamw_torch"\ngradient_checkpointing = false\n'
                       f'[grpo.search]\nindex = "{small_index}"\nqa = "{HOTPOT}"\ntrain = 20\ntop_k = 2\n'
-                      f'passage_chars = 120\nmax_turns = 2\nrewards = {{answer_f1 = 1.0}}\n'
-                      f'[grpo.model]\nname = "{tiny_model}"\n')
+                      f'passage_chars = 120\nrewards = {{answer_f1 = 1.0}}\n'
+                      f'[grpo.model]\nname = "{tiny_model}"\n[eval.search]\nmax_turns = 2\nmax_new_tokens = 24\n')
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(ROOT / "configs" / "accelerate" / "cpu_2proc.yaml"), "-m", "agentrl.cli", "grpo", "--config",
            str(preset)]

@@ -50,7 +50,7 @@ def test_the_documented_example_environment_runs_through_eval_export_and_a_grpo_
                       'max_steps = 1\nmax_completion_length = 64\nmax_tool_calling_iterations = 2\neval_questions = 2\n'
                       'gradient_checkpointing = false\nreport_to = []\nlog_completions = false\n'
                       f'[grpo.model]\nname = "{tiny_model}"\n'
-                      '[grpo.kv]\nmax_turns = 3\n')  # the environment's turn budget in GRPO's held-out evaluation
+                      '[eval.kv]\nmax_turns = 3\n')  # the environment's evaluation budget: GRPO's held-out one too
     cli(["grpo", "--config", str(preset)], tmp_path)
     grpo = json.loads((tmp_path / "runs" / "grpo" / "kv" / "metrics.json").read_text())
     assert grpo["steps"] == 1 and grpo["reward_funcs"] == ["kv_correct", "format"]
@@ -62,7 +62,7 @@ def test_a_user_environment_is_found_by_path_and_by_module_name_and_a_wrong_one_
     spec = registry.get(str(env_file))
     assert spec.name == "kv" and registry.tools(spec) == ("get",) and "kv" in registry.names()
     train, heldout = (registry.split_rows(spec, split, spec.settings()) for split in ("train", "heldout"))
-    assert HeldOut.of(heldout).drop(train, "kv training rows") == train  # its splits share no item
+    assert HeldOut([spec.identity(r) for r in heldout]).drop(train, "kv training rows") == train  # no item shared
     monkeypatch.syspath_prepend(str(tmp_path))
     assert registry.get("kv_env:ENVIRONMENT").name == "kv"
     with pytest.raises(DataError, match="unknown environment 'serch'.*search"):

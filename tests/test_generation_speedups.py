@@ -135,7 +135,7 @@ def test_the_loss_forward_with_each_prompt_read_once_gives_the_logits_and_gradie
 
 
 def test_a_greedy_grpo_step_samples_the_same_rollouts_with_and_without_the_speedups(tiny_model, tmp_path, capfd):
-    table = {"model": {"name": str(tiny_model)}, "env": "sql", "sql": {"train": 8, "max_turns": 3},
+    table = {"model": {"name": str(tiny_model)}, "env": "sql", "sql": {"train": 8},
              "num_generations": 4, "per_device_train_batch_size": 8, "max_steps": 1, "learning_rate": 1e-4,
              "max_completion_length": 48, "max_tool_calling_iterations": 1, "eval_questions": 0, "report_to": [],
              "logging_steps": 1, "seed": 3, "generation_kwargs": {"do_sample": False},

@@ -1,6 +1,7 @@
 """Phase 04: multi-turn GRPO with real TRL, real tools in the rollouts, on the SFT'd tiny model, on CPU."""
 
 import asyncio
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -8,6 +9,7 @@ import sys
 import pytest
 
 from agentrl.core.heldout import HeldOut
+from agentrl.envs.registry import Budget
 from agentrl.rollout.rewards import answer_em, answer_f1, format_reward, make_judge_reward, tool_use
 from agentrl.train.configs import GRPOSettings
 from agentrl.train.grpo import run_grpo
@@ -32,9 +34,10 @@ GRPO_TABLE = {"num_generations": 4, "per_device_train_batch_size": 8, "max_steps
 def settings(trained, tiny_model, small_index, rewards=None, **kw) -> GRPOSettings:
     """GRPO from the SFT adapter on questions 0..59 (60.. held out) over the small test index."""
     search = {"index": str(small_index), "qa": str(HOTPOT), "train": 60, "heldout": 140, "top_k": 2,
-              "passage_chars": 120, "max_tool_calls": 3, "max_turns": 4, **({"rewards": rewards} if rewards else {})}
-    return GRPOSettings.of(**{"model": {"name": str(tiny_model)}, "adapter": str(trained.out / "adapter"),
-                              "search": search, **GRPO_TABLE, **kw})
+              "passage_chars": 120, "max_tool_calls": 3, **({"rewards": rewards} if rewards else {})}
+    built = GRPOSettings.of(**{"model": {"name": str(tiny_model)}, "adapter": str(trained.out / "adapter"),
+                               "search": search, **GRPO_TABLE, **kw})
+    return dataclasses.replace(built, budget=Budget(max_turns=4))  # a preset's [eval.search] budget
 
 
 def call(query: str) -> dict:
@@ -245,8 +248,8 @@ def test_unsloth_backend_runs_grpo_steps_with_tools_on_its_cpu_path(trained, tin
                       f'max_steps = 2\nmax_completion_length = 128\nmax_tool_calling_iterations = 2\n'
                       f'eval_questions = 2\nreport_to = []\nlog_completions = false\n'
                       f'[grpo.search]\nindex = "{small_index}"\nqa = "{HOTPOT}"\ntrain = 20\ntop_k = 2\n'
-                      f'passage_chars = 120\nmax_turns = 3\nrewards = {{answer_f1 = 1.0, tool_use = 0.5}}\n'
-                      f'[grpo.model]\nname = "{tiny_model}"\nbackend = "unsloth"\n')
+                      f'passage_chars = 120\nrewards = {{answer_f1 = 1.0, tool_use = 0.5}}\n'
+                      f'[grpo.model]\nname = "{tiny_model}"\nbackend = "unsloth"\n[eval.search]\nmax_turns = 3\n')
     run_cli_on_unsloth_cpu(["grpo", "--config", str(preset)], tmp_path)
     out = tmp_path / "runs" / "grpo" / "u"
     metrics = json.loads((out / "metrics.json").read_text())

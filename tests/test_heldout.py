@@ -1,8 +1,9 @@
 """Held-out hygiene through every training data path's real entry point: held-out items of a preset are planted into
 the input of `agentrl curate`, `agentrl sft` (with and without --config), notebook 03 run headless, `agentrl grpo`,
 `agentrl sample`, `agentrl export --pairs --successes`, `agentrl dpo` and `agentrl rft` (under their own ids, under
-new ids, under a held-out id with a new question), and what each run trained on (its ``train_items.jsonl``, its
-curated or exported files) holds none of them; each run says how many it dropped and records it in its manifest."""
+new ids, with their ``question`` field edited to a training question), and what each run trained on (its
+``train_items.jsonl``, its curated or exported files) holds none of them, while a training question under a held-out
+id is trained on (an item is its content, not its id); each run says how many it dropped and records it."""
 
 import json
 import os
@@ -19,31 +20,36 @@ from conftest import DBBENCH, HOTPOT, ROOT
 pytestmark = pytest.mark.slow
 
 ROWS = read_jsonl(HOTPOT)
-HELD = ROWS[180:]  # the preset below holds out the last 20 questions of the sample ([eval.search] heldout = 20)
+HELD = ROWS[180:]  # the preset asks for the last 20 ([eval.search] heldout = 20); search's own last 50 are held too
 DB = read_jsonl(DBBENCH)  # AgentBench DB Bench dev: the SQL environment's held-out split
 
 
 def planted_search() -> list[dict]:
     """Held-out search questions as a trajectory source would carry them: renamed (``seed_0``...), under their own id,
-    and a held-out id with another question; then training questions."""
+    and with the ``question`` field edited to a training question (the user message is the held-out one); then a
+    training question under a held-out id (not held out: kept) and training questions."""
     renamed = [{**r, "id": f"seed_{i}"} for i, r in enumerate(HELD[:3])]
     own = [HELD[3]]
-    same_id = [{**ROWS[0], "id": HELD[4]["id"], "question": "A question nobody held out, under a held-out id?"}]
-    return renamed + own + same_id + ROWS[:8]
+    edited = [{**HELD[4], "id": "edited", "field": ROWS[1]["question"]}]
+    id_only = [{**ROWS[8], "id": HELD[5]["id"]}]
+    return renamed + own + edited + id_only + ROWS[:8]
 
 
 PLANTED_QUESTIONS = {normalize_answer(r["question"]) for r in planted_search()[:5]}
-PLANTED_IDS = {r["id"] for r in planted_search()[:5]}
 
 
 def is_planted(item: dict) -> bool:
-    return str(item.get("id")) in PLANTED_IDS or normalize_answer(item.get("question") or "") in PLANTED_QUESTIONS
+    """Whether a row the run trained on (its train_items, a curated trajectory, a pair) is a planted held-out item:
+    what its user message (or question) says."""
+    shown = next((m["content"] for m in item.get("messages") or [] if m.get("role") == "user"), item.get("question"))
+    return normalize_answer(shown or "") in PLANTED_QUESTIONS
 
 
 def trajectory(row: dict, ok: bool = True, answer: str = "x") -> dict:
     """A trajectory of ``row`` in the trajectory format: a search call, its result, an answer."""
     call = {"id": "c0", "type": "function", "function": {"name": "search", "arguments": json.dumps({"query": "q"})}}
-    return {"id": row["id"], "question": row["question"], "env": "search", "policy": "oracle", "model": "oracle",
+    return {"id": row["id"], "question": row.get("field", row["question"]), "env": "search", "policy": "oracle",
+            "model": "oracle",
             "golden_answers": row.get("golden_answers") or [],
             "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": row["question"]},
                          {"role": "assistant", "content": "", "tool_calls": [call]},
@@ -73,9 +79,9 @@ def work(tmp_path_factory, tiny_model):
     write_jsonl(d / "sftdata" / "trl" / "train.jsonl", sft)
     write_jsonl(d / "sftdata" / "trl" / "validation.jsonl", sft[:2] + sft[-1:])
     # SQL training tasks (DB Bench layout): three held-out DB Bench dev tasks in a file of its own (new ids), and
-    # three that are not held out (the same tables, another question)
-    tasks = [DB[2], DB[3], DB[4]] + [{**rec, "description": rec["description"] + " Answer for the planted test."}
-                                      for rec in DB[5:8]]
+    # three that are not held out (the same tables, another question: a task is its table and its question)
+    tasks = [DB[2], DB[3], DB[4]] + [{**rec, "description": f"How many rows does this table hold? (planted test {i})"}
+                                      for i, rec in enumerate(DB[5:8])]
     write_jsonl(d / "sql_tasks.jsonl", tasks)
     (d / "p.toml").write_text(f"""
 [corpus]
@@ -87,6 +93,8 @@ policy = "oracle"
 [eval.search]
 qa = "{HOTPOT}"
 heldout = 20
+[eval.sql]
+max_new_tokens = 8
 
 [data]
 name = "cur"
@@ -130,7 +138,6 @@ backend = "transformers"
 [sample]
 name = "smp"
 k = 2
-max_new_tokens = 8
 batch = 6
 
 [dpo]
@@ -179,6 +186,7 @@ def test_curation_drops_held_out_trajectories_under_any_id(work):
     curated = read_jsonl(work / "runs" / "data" / "cur" / "train.jsonl")
     assert curated and not any(is_planted(t) for t in curated)
     assert re.search(r"heldout: -5\s", out), out
+    assert any(t["id"] == HELD[5]["id"] for t in curated)  # a training question under a held-out id is trained on
     assert manifest(work / "runs" / "data" / "cur")["heldout"]["dropped"]["trajectories"] == 5
 
 
@@ -186,15 +194,15 @@ def test_curation_drops_held_out_trajectories_under_any_id(work):
 def test_sft_trains_on_no_held_out_row_from_the_command_line(work):
     out = cli(work, "sft", "--config", "p.toml")
     items = read_jsonl(work / "runs" / "sft" / "s" / "train_items.jsonl")
-    assert len(items) == 8 and not any(is_planted(i) for i in items)
-    assert "held-out hygiene: dropped 5 of 13 SFT rows" in out
+    assert len(items) == 9 and not any(is_planted(i) for i in items)
+    assert "held-out hygiene: dropped 5 of 14 SFT rows" in out
     assert manifest(work / "runs" / "sft" / "s")["counts"]["heldout_dropped"] == 5
 
 
 @pytest.mark.slow
 def test_sft_without_a_preset_still_drops_the_environments_held_out_items(work, tiny_model):
     """No --config: the held-out set is the environments' defaults (DB Bench dev among them); a DB Bench dev task in
-    the SFT data is dropped, and the line says which held-out items it could not know."""
+    the SFT data is dropped; search's own held-out split is known too (its default QA file)."""
     rows = [{"id": "db_3_renamed", "messages": [{"role": "user", "content": _db_question(3)},
                                                 {"role": "assistant", "content": "<answer>x</answer>"}],
              "tools": "[]"}] + [sft_row(r) for r in ROWS[:4]]
@@ -203,7 +211,7 @@ def test_sft_without_a_preset_still_drops_the_environments_held_out_items(work, 
               "--max-steps", "1", "--check-questions", "0", "--name", "nc")
     items = read_jsonl(work / "runs" / "sft" / "nc" / "train_items.jsonl")
     assert [i["id"] for i in items] == [r["id"] for r in ROWS[:4]]
-    assert "held-out set: no default held-out items for search" in out and "dropped 1 of 5 SFT rows" in out
+    assert "no default held-out items for search" not in out and "dropped 1 of 5 SFT rows" in out
 
 
 def _db_question(i: int) -> str:
@@ -220,8 +228,8 @@ def test_notebook_03_run_headless_trains_on_no_held_out_row(work):
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     items = read_jsonl(work / "runs" / "sft" / "nb" / "train_items.jsonl")
-    assert len(items) == 8 and not any(is_planted(i) for i in items)
-    assert "dropped 5 of 13 SFT rows" in proc.stdout
+    assert len(items) == 9 and not any(is_planted(i) for i in items)
+    assert "dropped 5 of 14 SFT rows" in proc.stdout
 
 
 @pytest.mark.slow
@@ -251,10 +259,9 @@ def test_pair_and_success_export_drops_held_out_items_of_a_sample_run(work):
     out = cli(work, "export", str(run), "--pairs", "--successes", "--config", "p.toml")
     pairs = read_jsonl(run / "pairs" / "train.jsonl")
     successes = read_jsonl(run / "successes" / "train.jsonl")
-    assert len(pairs) == 8 and not any(is_planted({"id": p["id"], "question": p["prompt"][1]["content"]})
-                                       for p in pairs)
-    assert len(successes) == 8 and not any(is_planted(t) for t in successes)
-    assert out.count("dropped 5 of 13 sampled items") == 2
+    assert len(pairs) == 9 and not any(is_planted({"question": p["prompt"][1]["content"]}) for p in pairs)
+    assert len(successes) == 9 and not any(is_planted(t) for t in successes)
+    assert out.count("dropped 10 of 28 sampled attempts") == 2  # both attempts of each of the 5 planted items
 
 
 @pytest.mark.slow
@@ -267,14 +274,14 @@ def test_dpo_and_rejection_sampling_train_on_no_held_out_item(work):
     write_jsonl(work / "pairs.jsonl", planted + pairs)
     out = cli(work, "dpo", "--config", "p.toml")
     items = read_jsonl(work / "runs" / "dpo" / "d" / "train_items.jsonl")
-    assert len(items) == 8 and not any(is_planted(i) or i["question"] in {r["question"] for r in HELD}
+    assert len(items) == 9 and not any(is_planted(i) or i["question"] in {r["question"] for r in HELD}
                                        for i in items)
-    assert "dropped 4 of 12 preference pairs" in out
+    assert "dropped 4 of 13 preference pairs" in out
     write_jsonl(work / "succ" / "trl" / "train.jsonl", [sft_row(r) for r in planted_search()])
     out = cli(work, "rft", "--config", "p.toml")
     items = read_jsonl(work / "runs" / "sft" / "r" / "train_items.jsonl")
-    assert len(items) == 8 and not any(is_planted(i) for i in items)
-    assert "dropped 5 of 13 SFT rows" in out
+    assert len(items) == 9 and not any(is_planted(i) for i in items)
+    assert "dropped 5 of 14 SFT rows" in out
 
 
 @pytest.mark.slow

@@ -109,12 +109,12 @@ def test_the_cli_converts_and_names_a_missing_source(hub, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
-def test_the_preset_holds_validation_200_out_of_every_training_path(hub, tmp_path):
+def test_the_preset_holds_validation_200_out_of_every_training_path(tmp_path, capsys):
     from agentrl.app.presets import load
     from agentrl.data.corpus import load_qa
     from agentrl.train.grpo import heldout_rows, train_rows
 
-    prepare(hub, tmp_path / "mhr")
+    prepare(write_hub_layout(tmp_path / "hub" / "MultiHopRAG", questions=300), tmp_path / "mhr")  # 100 train
     d = tmp_path / "mhr"
     preset = load("gpu_multihop_rag", [f'eval.search.qa="{d}/validation.jsonl"',
                                        f'eval.heldout_qa="{d}/validation.jsonl"',
@@ -122,10 +122,12 @@ def test_the_preset_holds_validation_200_out_of_every_training_path(hub, tmp_pat
     gate, grpo = preset.heldout, preset.grpo()
     validation = load_qa(d / "validation.jsonl")
     held = heldout_rows(grpo, preset.data)
-    assert len(validation) == 200 and len(held) == 5
+    assert len(validation) == 200 and len(held) == 5  # GRPO evaluates the 5 it was asked for ...
     assert all(gate.matches(r) for r in [*validation, *held])
+    # ... but the training file's own held-out split (search's last 50) stays held: a setting never removes items
+    assert "holds out 5 items, fewer than search's own 50" in capsys.readouterr().out
     train = train_rows(grpo, gate, preset.data)
-    assert len(train) == 25 and not any(gate.matches(r) for r in train)
+    assert len(train) == 50 and not any(gate.matches(r) for r in train)
     assert not {r["id"] for r in train} & {r["id"] for r in held}
     assert (grpo.importance_sampling_level, grpo.steps_per_generation) == ("sequence", 4)  # GSPO
 

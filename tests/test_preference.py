@@ -9,8 +9,9 @@ import pytest
 from agentrl.app.presets import load
 from agentrl.core.heldout import HeldOut
 from agentrl.core.io import DataError, read_json, read_jsonl
+from agentrl.core.validate import from_dict
 from agentrl.data.pairs import export_pairs, export_successes, pair_row
-from agentrl.train.sample import run_sample, summary_line
+from agentrl.train.sample import SampleSettings, run_sample, summary_line
 from conftest import HOTPOT, ROOT, check_preset, sft_settings
 
 
@@ -19,9 +20,10 @@ def preference_preset(small_index, tiny_model):
     preset = check_preset(small_index)
     preset["grpo"] = {"env": "search", "eval_questions": 4, "temperature": 1.0, "model": {"name": str(tiny_model)},
                       "search": {"index": str(small_index), "qa": str(HOTPOT), "train": 24, "heldout": 140,
-                                 "top_k": 2, "passage_chars": 120, "max_tool_calls": 3, "max_turns": 4}}
+                                 "top_k": 2, "passage_chars": 120, "max_tool_calls": 3}}
     preset["grpo"].update(max_completion_length=160, max_tool_calling_iterations=2)  # GRPO's episode budget
-    preset["sample"] = {"name": "s", "k": 3, "items": 8, "max_new_tokens": 48, "batch": 24,
+    preset["eval"]["search"]["max_new_tokens"] = 48  # the evaluation budget: sampling's tokens a turn too
+    preset["sample"] = {"name": "s", "k": 3, "items": 8, "batch": 24,
                         "success_key": "f1", "success_min": 0.8}
     return load(None, form=preset)
 
@@ -127,15 +129,15 @@ def test_held_out_items_never_enter_the_sampled_items_or_the_exports(sampled, sa
     # item's pairs are dropped, and a sample run made only of held-out items is refused, nothing written
     later = tmp_path / "later"
     shutil.copytree(sample_run, later)
-    first = read_jsonl(later / "outcomes.jsonl")[0]["id"]
-    export_pairs(later, HeldOut([first], source="a later preset"))
-    assert first not in {r["id"] for r in read_jsonl(later / "pairs" / "train.jsonl")}
+    first = read_jsonl(later / "outcomes.jsonl")[0]
+    export_pairs(later, HeldOut([first["question"]], source="a later preset"))  # the item by its text
+    assert first["id"] not in {r["id"] for r in read_jsonl(later / "pairs" / "train.jsonl")}
     bad = tmp_path / "bad"
     bad.mkdir()
     for name in ("outcomes.jsonl", "manifest.json"):
         (bad / name).write_text((out / name).read_text())
     (bad / "attempts").symlink_to(out / "attempts")
-    everything = HeldOut([o["id"] for o in outcomes], source="a later preset")
+    everything = HeldOut([o["question"] for o in outcomes], source="a later preset")
     with pytest.raises(DataError, match="held-out"):
         export_pairs(bad, everything)
     with pytest.raises(DataError, match="held-out"):
@@ -308,7 +310,12 @@ def test_the_commands_refuse_bad_input_with_exit_2_and_a_named_cause(tmp_path, c
 
 def test_a_success_key_that_is_no_metric_stops_before_the_first_attempt(small_index, tiny_model, tmp_path):
     preset = preference_preset(small_index, tiny_model)
-    settings = load(None, form={**preset.data, "sample": {**preset.data["sample"], "success_key": "f2"}}).sample()
+    # the preset check refuses it, naming where it was written ...
+    with pytest.raises(DataError, match="the notebook's form: sample.success_key: 'f2' is neither a metric of search "
+                                        "episodes nor a reward"):
+        load(None, form={**preset.data, "sample": {**preset.data["sample"], "success_key": "f2"}})
+    # ... and settings built by hand reach the same check before the first attempt
+    settings = from_dict(SampleSettings, {**preset.data["sample"], "success_key": "f2"}, "sample")
     with pytest.raises(DataError, match="sample.success_key: 'f2' is neither a metric of search episodes nor a "
                                         "reward"):
         run_sample(settings, preset.grpo(), preset.heldout, preset.data, runs=tmp_path)

@@ -110,7 +110,7 @@ def test_notebooks_gather_set_flags_as_marimo_and_the_environment_give_them():
 
 def test_settings_builders_and_the_notebooks_form_refuse_unknown_keys():
     from agentrl.app.notebook import oracle_config
-    from agentrl.core.config import from_dict
+    from agentrl.core.validate import from_dict
     from agentrl.data.curate import CurateConfig
     from agentrl.rollout.evaluate import EvalConfig
     from agentrl.train.configs import GRPOSettings, SFTSettings
@@ -159,7 +159,8 @@ def test_grpo_env_tables_replace_the_grpo_env_tables_of_old(tmp_path):
 
     g = preset_of(build_parser().parse_args(["grpo", "--config", "cpu_smol", "--env", "sql"])).grpo()
     assert (g.env, g.env_settings.train, g.rewards) == ("sql", 140, {"sql_execution": 1.0, "format": 0.2})
-    assert g.name == "smol_grpo_search" and g.num_generations == 4  # the rest of [grpo] is the search run's
+    assert g.num_generations == 4  # the rest of [grpo] is the search run's, but not its folder: the name says sql
+    assert g.name == "smol_grpo_search_sql" and load("cpu_smol").grpo().name == "smol_grpo_search"
     assert load("cpu_smol").grpo().rewards == {"answer_f1": 1.0, "format": 0.2}
     old = tmp_path / "old.toml"
     old.write_text('[grpo]\nname = "g"\n\n[grpo_sql]\nenv = "sql"\n')

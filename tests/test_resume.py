@@ -96,12 +96,12 @@ def test_grpo_killed_after_a_checkpoint_resumes_with_its_evaluations_and_step_co
     preset = tmp_path / "g.toml"
     preset.write_text(f'[grpo]\nname = "r"\nnum_generations = 4\nper_device_train_batch_size = 4\nmax_steps = 4\n'
                       f'save_steps = 2\neval_every = 2\neval_questions = 2\nmax_completion_length = 64\n'
-                      f'max_tool_calling_iterations = 1\neval_max_new_tokens = 32\nreport_to = []\n'
+                      f'max_tool_calling_iterations = 1\nreport_to = []\n'
                       f'log_completions = false\nlearning_rate = 3e-4\nlr_scheduler_type = "constant"\n'
                       f'optim = "adamw_torch"\ngradient_checkpointing = false\nlogging_steps = 1\n'
                       f'[grpo.search]\nindex = "{small_index}"\nqa = "{HOTPOT}"\ntrain = 12\ntop_k = 2\n'
-                      f'passage_chars = 80\nmax_turns = 2\nrewards = {{answer_f1 = 1.0, tool_use = 0.5}}\n'
-                      f'[grpo.model]\nname = "{tiny_model}"\n')
+                      f'passage_chars = 80\nrewards = {{answer_f1 = 1.0, tool_use = 0.5}}\n'
+                      f'[grpo.model]\nname = "{tiny_model}"\n[eval.search]\nmax_turns = 2\nmax_new_tokens = 32\n')
     kill_at_checkpoint(tmp_path, "grpo", preset, stop=2)
     out = tmp_path / "runs" / "grpo" / "r"
     assert [e["step"] for e in json.loads((out / "evals.json").read_text())] == [2]

@@ -37,8 +37,10 @@ NO_MODEL = "grpo.model.name=/nonexistent/model"  # a run that got as far as load
     (["sft", "--set", "sft.output_dir=x"], "sft.output_dir: agentrl sets TRL's output_dir itself"),
     (["grpo", "--set", "grpo.trl={steps_per_generation = 4}"], "grpo.trl is no longer a key here: use its keys "
                                                                "directly in this table"),
-    (["dpo", "--set", "dpo.loss_type=[\"sigmoid\", \"nope\"]"], "dpo.loss_type"),
-    (["sample", "--items", "-170"], "--items: sample.items: must be a positive number of items (got -170)"),
+    (["dpo", "--set", "dpo.loss_type=[\"sigmoid\", \"nope\"]"], "dpo.loss_type[1]: 'nope' is not one of 'sigmoid'"),
+    (["dpo", "--set", "dpo.loss_type={a = 1}"], "dpo.loss_type: expected Literal or a list, got {'a': 1}"),
+    (["dpo", "--set", "dpo.loss_type=3"], "dpo.loss_type: 3 is not one of 'sigmoid'"),
+    (["sample", "--items", "-170"], "--items: sample.items: must be at least 1, got -170"),
     (["grpo", "--set", "grpo.per_device_train_batch_size=3"],
      "[grpo]: TRL's GRPOConfig refuses these settings"),
     (["grpo", "--set", "grpo.merge_for_generation=on", "--set", "grpo.use_vllm=true"],

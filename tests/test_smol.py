@@ -124,7 +124,7 @@ def test_one_grpo_step_calls_the_search_tool_and_no_tool_result_carries_loss(smo
                           max_tool_calling_iterations=1, temperature=0.7, eval_questions=0, report_to=[],
                           log_completions=False, logging_steps=1, seed=1,
                           search={"index": str(small_index), "qa": str(HOTPOT), "train": 4, "heldout": 140, "top_k": 1,
-                                  "passage_chars": 120, "max_tool_calls": 3, "max_turns": 4,
+                                  "passage_chars": 120, "max_tool_calls": 3,
                                   "rewards": {"answer_f1": 1.0, "format": 0.2}})
     trainer, trained, masked = train_grpo_capturing(cfg, {}, tmp_path)
     assert trainer.state.global_step == 1

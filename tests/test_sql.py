@@ -265,7 +265,7 @@ def test_jaccard_partial_credit_is_optional(tasks):
 
 
 def test_partial_credit_and_jaccard_reach_the_env_from_the_preset(tasks):
-    from agentrl.core.config import from_dict
+    from agentrl.core.validate import from_dict
     from agentrl.rollout.evaluate import EvalConfig, build_task
     from agentrl.train import grpo
     from agentrl.train.configs import GRPOSettings

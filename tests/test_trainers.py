@@ -99,7 +99,7 @@ def test_the_cached_description_of_trls_fields_is_the_installed_trls(tmp_path, m
                                                    ("dpo", "loss_type", ["sigmoid", "ppo"]),
                                                    ("sft", "lr_scheduler_type", "stepwise")])
 def test_a_value_outside_trls_choices_is_refused(kind, name, bad):
-    from agentrl.core.config import SettingError, coerce
+    from agentrl.core.validate import SettingError, coerce
 
     with pytest.raises(SettingError, match="is not one of"):
         coerce(trl_fields.field_type(kind, name), bad, f"{kind}.{name}")

@@ -118,7 +118,7 @@ def test_each_curation_step_reports_what_it_removed(tmp_path):
             traj(4, calls=6), traj(5, question="question 0?", f1=0.9, em=0.0), traj(6)]
     path = write(tmp_path / "t.jsonl", recs)
     train, val, report = select(trajectory_frame([path]), CurateConfig(max_turns=5, val_fraction=0.0),
-                                HeldOut(["t6"]))
+                                HeldOut(["Question 6?"]))
     removed = {s["step"]: s["removed"] for s in report["steps"]}
     assert removed == {"input": 0, "heldout": 1, "errors": 1, "finish": 1, "min_f1": 1, "max_turns": 1, "dedup": 1}
     assert sorted(train["id"].to_list()) == ["t0"] and val.height == 0  # t5 lost to t0 on F1
@@ -205,7 +205,7 @@ def test_exported_rows_reproduce_what_the_policy_saw_and_mask_exactly_the_assist
     t["messages"][-1]["content"] = "Both were American. <answer>yes</answer>"
     path = write(tmp_path / "t.jsonl", [t])
     curate([path], CurateConfig(min_f1=None, val_fraction=0.0), tmp_path / "d", HeldOut())
-    export(tmp_path / "d", ["trl"])
+    export(tmp_path / "d", ["trl"], HeldOut())
     row = load_trl_dataset(tmp_path / "d" / "trl" / "train.jsonl")[0]
     tools = json.loads(row["tools"])
     full = tok.apply_chat_template(row["messages"], tools=tools, tokenize=False)
@@ -310,7 +310,7 @@ def test_an_empty_validation_split_writes_no_empty_file(tmp_path):
     data.mkdir()
     write(data / "train.jsonl", [traj(0)])
     write(data / "validation.jsonl", [])
-    counts = export(data, ["trl"])
+    counts = export(data, ["trl"], HeldOut())
     assert counts["train"]["rows"] == 1 and counts["validation"]["rows"] == 0
     assert [p.name for p in (data / "trl").iterdir()] == ["train.jsonl"]
 
@@ -333,7 +333,7 @@ def test_a_lone_question_hashed_into_validation_trains_and_no_empty_validation_f
     assert report["split"]["moved_to_train"] == question.rstrip("?")
     assert report["split"]["train"] == 1 and report["split"]["validation"] == 0
     assert [t["id"] for t in read_jsonl(data / "train.jsonl")] == ["t0"]
-    export(data, ["trl"])
+    export(data, ["trl"], HeldOut())
     assert [p.name for p in (data / "trl").iterdir()] == ["train.jsonl"]
 
 
@@ -351,7 +351,8 @@ def test_a_validation_fraction_that_leaves_nothing_to_train_is_refused_without_f
     path = write(tmp_path / "t.jsonl", [traj(i) for i in range(5)])
     for fraction in ("1.0", "-0.1"):
         assert main(["curate", str(path), "--out", str(tmp_path / "d"), "--val-fraction", fraction]) == 2
-        assert f"data.val_fraction must be at least 0 and below 1 (got {float(fraction)})" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "--val-fraction: data.val_fraction: must be" in err and f"got {float(fraction)}" in err
         assert not (tmp_path / "d").exists()
 
 
@@ -360,9 +361,9 @@ def test_an_export_of_a_dataset_without_validation_removes_a_stale_validation_ex
     data.mkdir()
     write(data / "train.jsonl", [traj(0)])
     write(data / "validation.jsonl", [traj(1)])
-    export(data, ["trl"])
+    export(data, ["trl"], HeldOut())
     (data / "validation.jsonl").unlink()
-    counts = export(data, ["trl"])
+    counts = export(data, ["trl"], HeldOut())
     assert "validation" not in counts and [p.name for p in (data / "trl").iterdir()] == ["train.jsonl"]
 
 

@@ -145,6 +145,8 @@ def _eval(sub) -> None:
     key_flag(c, "--policy", key="eval.policy", choices=["endpoint", "local", "oracle"])
     key_flag(c, "--prompt", key="eval.{env}.prompt", help="system prompt name (the environment's README) or text")
     key_flag(c, "--max-turns", key="eval.{env}.max_turns", type=int, help="assistant turns an episode may take")
+    key_flag(c, "--max-new-tokens", "--max-tokens", key="eval.{env}.max_new_tokens", type=int,
+             help="tokens an assistant turn may generate (the environment's evaluation budget, any policy)")
     key_flag(c, "--max-tool-calls", key="eval.{env}.max_tool_calls", type=int, help="tool calls an episode may make")
     env_args(c)
     g = c.add_argument_group("endpoint policy")
@@ -154,7 +156,6 @@ def _eval(sub) -> None:
                                                                "file")
     key_flag(g, "--temperature", key="eval.endpoint.temperature", type=float)
     key_flag(g, "--top-p", key="eval.endpoint.top_p", type=float)
-    key_flag(g, "--max-tokens", key="eval.endpoint.max_tokens", type=int)
     key_flag(g, "--extra-body", key="eval.endpoint.extra_body", convert=json_value,
              help="JSON passed through, e.g. '{\"chat_template_kwargs\": {...}}'")
     key_flag(g, "--retries", key="eval.endpoint.max_retries", type=int, help="retries per call on 429/5xx/timeouts")

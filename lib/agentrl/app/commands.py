@@ -16,8 +16,9 @@ from agentrl.app.compare import compare, format_table, write_html
 from agentrl.app.demo import print_summary, run_demo
 from agentrl.app.presets import Preset, load
 from agentrl.app.seed_table import seed_table
-from agentrl.core.config import Layer, from_dict, nest, parse_set, read_preset
+from agentrl.core.config import Layer, nest, parse_set, read_preset
 from agentrl.core.io import DataError, read_json, write_jsonl
+from agentrl.core.validate import from_dict
 from agentrl.data.corpus import build_corpus, read_corpus
 from agentrl.data.curate import curate
 from agentrl.data.export import export
@@ -36,10 +37,12 @@ from agentrl.train.checkpoints import distributed_launch, end_distributed
 from agentrl.train.dpo import print_dpo_summary, run_dpo
 from agentrl.train.gpu_measure import format_measured, measure
 from agentrl.train.gpu_plan import format_plan, plans, resolve_card
+from agentrl.train.grpo import preflight as grpo_preflight
 from agentrl.train.grpo import run_grpo
 from agentrl.train.grpo_report import print_grpo_summary
 from agentrl.train.models import cuda_available
 from agentrl.train.sample import run_sample, summary_line
+from agentrl.train.sft import preflight as sft_preflight
 from agentrl.train.sft import print_sft_summary, run_sft
 from agentrl.train.smol import DEFAULT_DIR, prepare_smollm2
 from agentrl.train.tiny import build_tiny_model
@@ -288,7 +291,7 @@ def cmd_curate(args, preset: Preset) -> int:
     """`agentrl curate`: filter, de-duplicate, balance and split trajectories for SFT, held-out items dropped."""
     cfg = preset.curate()
     out = Path(args.out) if args.out else RUNS / "data" / cfg.name
-    report = curate(args.runs, cfg, out, preset.heldout)
+    report = curate(args.runs, cfg, out, preset.gate(*args.runs), known=registry.names())
     for s in report["steps"]:
         print(f"{s['step']:>14}: -{s['removed']:<6} -> {s['remaining']:<6} {s['reason'] if s['removed'] else ''}")
     print(f"wrote {out}: train {report['written']['train']}, validation {report['written']['validation']}")
@@ -306,7 +309,7 @@ def cmd_export(args, preset: Preset) -> int:
         if args.successes:
             print(f"wrote {Path(args.data) / 'successes'}: {export_successes(args.data, preset.heldout)}")
         return 0
-    counts = export(args.data, [f.strip() for f in args.formats.split(",")])
+    counts = export(args.data, [f.strip() for f in args.formats.split(",")], preset.gate(args.data))
     print(f"exported {args.data}: {counts} as {args.formats}")
     return 0
 
@@ -339,7 +342,7 @@ def cmd_sft(args, preset: Preset) -> int:
     check = preset.eval() if "eval" in preset else None
     if check is None and settings.check_questions > 0:
         print("sft: the preset has no [eval] table, so no held-out check after training (give --config)")
-    result = run_sft(settings, preset.heldout, check, preset.data, runs=RUNS, resume=args.resume,
+    result = run_sft(settings, preset.gate(settings.data), check, preset.data, runs=RUNS, resume=args.resume,
                      overwrite=args.overwrite, source=preset.describe())
     if result.is_main:
         print_sft_summary(result.metrics, result.out)
@@ -371,7 +374,8 @@ def cmd_dpo(args, preset: Preset) -> int:
 
 def cmd_rft(args, preset: Preset) -> int:
     """`agentrl rft`: rejection-sampling fine-tuning, the ``[rft]`` table's SFT run on the successes."""
-    result = run_sft(preset.rft(), preset.heldout, None, preset.data, runs=RUNS, source=preset.describe())
+    result = run_sft(preset.rft(), preset.gate(preset.rft().data), None, preset.data, runs=RUNS,
+                     source=preset.describe())
     if result.is_main:
         print_sft_summary(result.metrics, result.out)
     return 0
@@ -386,8 +390,11 @@ def cmd_gpu_plan(args, preset: Preset) -> int:
         return 1 if any(r.verdict().startswith("does not fit") for r in results) else 0
     if preset.card is None:
         raise DataError("gpu-plan: no GPU detected; name a card with --gpu T4|L4|A100-40|A100-80|H100")
-    results = plans(preset.sft() if "sft" in preset else None, preset.grpo() if "grpo" in preset else None,
-                    preset.card)
+    sft, grpo = (preset.sft() if "sft" in preset else None), (preset.grpo() if "grpo" in preset else None)
+    for settings, check in ((sft, sft_preflight), (grpo, grpo_preflight)):
+        if settings is not None:
+            check(settings)  # TRL's own checks: a plan of a run TRL would refuse is no plan
+    results = plans(sft, grpo, preset.card)
     for p in results:
         print(format_plan(p))
     return 0 if all(p.fits for p in results) else 1

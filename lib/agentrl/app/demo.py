@@ -138,7 +138,7 @@ def demo_data(preset: Preset) -> StepResult:
     out = Path("runs") / "data" / cfg.name
     stats = analyze(["runs/eval/oracle", "runs/eval/tiny_base"], out / "analysis")
     report = curate(["runs/eval/oracle"], cfg, out, preset.heldout)
-    export(out, FORMATS)
+    export(out, FORMATS, preset.heldout)
     return StepResult("02 data", str(out), {
         "trajectories": stats["total"], "successes (F1>=0.8)": stats["success_f1"],
         "train": report["written"]["train"], "validation": report["written"]["validation"],

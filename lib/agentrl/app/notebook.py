@@ -184,7 +184,7 @@ def phase_inputs(preset: Preset, phase: str, env: str | None = None) -> Inputs:
         curate_runs(preset, existing_runs(preset), data)
         out.built.append("02 curated SFT data")
     if need_adapter:
-        run_sft(preset.sft(), preset.heldout, preset.eval(), preset.data, source=preset.describe())
+        run_sft(preset.sft(), preset.gate(preset.sft().data), preset.eval(), preset.data, source=preset.describe())
         out.built.append("03 SFT adapter")
     return out
 
@@ -264,8 +264,15 @@ def oracle_demonstrations(preset: Preset) -> dict:
 def curate_runs(preset: Preset, runs: list[str], out: Path) -> dict:
     """Curate ``runs`` with the preset's ``[data]`` settings into ``out`` (held-out items dropped) and export every
     format; return ``{"report": ..., "counts": ...}``."""
-    report = curate(runs, preset.curate(), out, preset.heldout)
-    return {"report": report, "counts": export(out, FORMATS)}
+    gate = preset.gate(*runs)
+    report = curate(runs, preset.curate(), out, gate, known=registry.names())
+    return {"report": report, "counts": export(out, FORMATS, gate)}
+
+
+def eval_tokens(preset: Preset, env: str) -> int:
+    """Return the tokens a turn may generate when ``preset`` evaluates ``env`` (its ``[eval.<env>]`` budget, else
+    the environment's own): what a notebook's form shows."""
+    return preset.budget(env).max_new_tokens or registry.get(env).max_new_tokens
 
 
 def endpoint_up(base_url: str | None, timeout: float = 3.0) -> bool:

@@ -12,35 +12,50 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl.core.config import Layer, Merged, Moved, from_dict, merge, read_preset, set_layer, unknown
+from agentrl.core.config import Layer, Merged, merge, read_preset, set_layer
 from agentrl.core.heldout import HeldOut
 from agentrl.core.io import DataError
 from agentrl.core.manifest import is_secret_key
+from agentrl.core.validate import (
+    AtLeast0,
+    AtLeast1,
+    ExistingFile,
+    Moved,
+    SettingError,
+    at_least,
+    bare,
+    from_dict,
+    table_valued,
+    unknown,
+)
 from agentrl.data.corpus import CorpusConfig
 from agentrl.data.curate import CurateConfig
-from agentrl.envs.heldout import heldout_set, members
+from agentrl.envs import registry
+from agentrl.envs.heldout import heldout_set, load_recorded, members
 from agentrl.retrieval.index import IndexConfig
 from agentrl.rollout.evaluate import EvalConfig
 from agentrl.train.configs import DPOSettings, GRPOSettings, SFTSettings
 from agentrl.train.gpu_plan import CARDS
-from agentrl.train.sample import SampleSettings
+from agentrl.train.sample import SampleSettings, check_success_key
 
 
 @dataclass
 class DemoSizes:
     """The ``[demo]`` table: how many items the demo and the learning benchmark run per environment."""
 
-    sql_heldout_tasks: int | None = None  # benchmarks/learning.py: SQL held-out tasks scored, spread (None: all)
-    search_tasks: int | None = None  # `agentrl demo`: oracle items of each further environment (its demo_items)
-    sql_tasks: int | None = None
-    textgame_tasks: int | None = None
-    math_tasks: int | None = None
-    code_tasks: int | None = None
+    sql_heldout_tasks: AtLeast1 | None = None  # benchmarks/learning.py: SQL held-out tasks scored, spread (None: all)
+    search_tasks: AtLeast0 | None = None  # `agentrl demo`: oracle items of each further environment (its demo_items)
+    sql_tasks: AtLeast0 | None = None
+    textgame_tasks: AtLeast0 | None = None
+    math_tasks: AtLeast0 | None = None
+    code_tasks: AtLeast0 | None = None
     moved: dict = dataclasses.field(default_factory=dict, metadata={"extra": Moved({
         "train_questions": "the search split: [eval.search] heldout (the questions before the held-out ones train)",
         "heldout_questions": "the search split: [eval.search] heldout (the last questions of the QA file)"})})
@@ -50,23 +65,61 @@ class DemoSizes:
 class DemoEnvSizes:
     """The ``[demo_envs]`` table: benchmarks/learning.py's text game and math sizes (--envs textgame,math)."""
 
-    textgame_train_games: int = 20
-    textgame_heldout_games: int = 20
-    textgame_max_turns: int = 10
-    textgame_batch: int = 20
-    textgame_max_new_tokens: int = 48
-    textgame_sft_steps: int = 5
-    math_train: str = "data/samples/gsm8k_train_100.jsonl"
-    math_train_problems: int = 100
-    math_heldout_problems: int = 32
-    math_max_new_tokens: int = 160
-    math_sft_steps: int = 8
-    sft_max_length: int = 2048
+    textgame_train_games: AtLeast1 = 20
+    textgame_heldout_games: AtLeast1 = 20
+    textgame_batch: AtLeast1 = 20
+    textgame_sft_steps: AtLeast1 = 5
+    math_train: ExistingFile = "data/samples/gsm8k_train_100.jsonl"
+    math_train_problems: AtLeast1 = 100
+    math_heldout_problems: AtLeast1 = 32
+    math_sft_steps: AtLeast1 = 8
+    sft_max_length: at_least(16) = 2048
+    moved: dict = dataclasses.field(default_factory=dict, metadata={"extra": Moved({
+        "textgame_max_turns": "[eval.textgame] max_turns (the text game's evaluation budget)",
+        "textgame_max_new_tokens": "[eval.textgame] max_new_tokens (the text game's evaluation budget)",
+        "math_max_new_tokens": "[eval.math] max_new_tokens (math's evaluation budget)"})})
 
 
 PHASES = {"corpus": CorpusConfig, "index": IndexConfig, "eval": EvalConfig, "data": CurateConfig, "sft": SFTSettings,
           "grpo": GRPOSettings, "sample": SampleSettings, "dpo": DPOSettings, "rft": SFTSettings}
 SCHEMA = {**PHASES, "demo": DemoSizes, "demo_envs": DemoEnvSizes}  # and "gpu": {CARD: {phase: table}}
+
+
+def _field_type(cls: type, key: str):
+    """Return the type of ``key`` in settings class ``cls``: a declared field's, else what one of its extras takes
+    for it (an environment's settings class, a TRL field's type); None when it is neither."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    if key in fields and "extra" not in fields[key].metadata:
+        return hints[key]
+    for f in fields.values():
+        extra = f.metadata.get("extra")
+        found = extra.type_of(key) if extra is not None else None
+        if found is not None:
+            return found
+    return None
+
+
+def replaces(path: tuple[str, ...]) -> bool:
+    """Return whether the table at ``path`` (``("grpo", "search", "rewards")``) is one setting's value, which a later
+    layer replaces whole (agentrl.core.config.merge), rather than a section merged key by key."""
+    if path[:1] == ("gpu",):
+        path = path[2:]  # [gpu.CARD.grpo...] overlays [grpo...]
+    if not path or path[0] not in SCHEMA:
+        return False
+    cls: typing.Any = SCHEMA[path[0]]
+    for i, key in enumerate(path[1:], start=2):
+        tp = _field_type(cls, key) if dataclasses.is_dataclass(cls) else None
+        if tp is None:
+            return False
+        if table_valued(tp):
+            return i == len(path)
+        args = typing.get_args(bare(tp)) or (bare(tp),)
+        cls = next((bare(a) for a in args if dataclasses.is_dataclass(bare(a))), None)
+    return False
+
+
+_SAID: set[str] = set()
 
 
 class Preset:
@@ -80,6 +133,10 @@ class Preset:
         self.data["_card"] = card
         self._built: dict[str, Any] = {}
         self._check()
+        for line in merged.replaced:  # once per process: a command builds its preset more than once
+            if line not in _SAID:
+                _SAID.add(line)
+                print(line, file=sys.stderr)
 
     @property
     def name(self) -> str:
@@ -112,6 +169,17 @@ class Preset:
                 unknown(name, [*SCHEMA, "gpu"], self.merged.at)
             else:
                 self.settings(name)
+        self._check_across()
+
+    def _check_across(self) -> None:
+        """Check the settings one table holds against another's (the success key of ``[sample]`` against the
+        environment ``[grpo]`` trains), naming where the value was written."""
+        if "sample" in self.data:
+            try:
+                check_success_key(self.sample(), self.grpo().env)
+            except SettingError as exc:
+                path = f"sample.{exc.key}"
+                raise DataError(f"{self.merged.at(path)}: {path}: {exc}") from None
 
     def _check_cards(self, cards: Any) -> None:
         if not isinstance(cards, dict):
@@ -127,8 +195,27 @@ class Preset:
     def settings(self, table: str):
         """Return the typed settings of ``table`` (built once; the class's defaults when the preset has none)."""
         if table not in self._built:
-            self._built[table] = from_dict(SCHEMA[table], self.data.get(table), table, self.merged.at)
+            built = from_dict(SCHEMA[table], self.data.get(table), table, self.merged.at)
+            self._built[table] = self._named(table, built)
         return self._built[table]
+
+    def _named(self, table: str, built):
+        """Return the run settings ``built`` with what the preset derives for them: GRPO's evaluation budget (its
+        environment's ``[eval.<env>]``), and the run's name carrying its environment: a run of another
+        environment than the preset file's (``--env sql`` on a preset whose [grpo] trains search) is named
+        ``<name>_<env>``, so it never writes into that run's folder; a name given on top of the file (``--name``,
+        ``--set``, a form) is taken as it is."""
+        if table not in ("eval", "grpo"):
+            return built
+        if table == "grpo":
+            built.budget = self.budget(built.env)  # the [eval.<env>] budget its evaluations run with
+        file_layers = [layer for layer in self.merged.layers if layer.where == self.merged.layers[0].where]
+        own = merge(file_layers).data.get(table) or {}
+        named_by = self.merged.origins.get((table, "name"))
+        env_of_file = registry.get(own["env"]).name if isinstance(own.get("env"), str) else registry.DEFAULT
+        if built.env != env_of_file and (named_by is None or named_by in file_layers):
+            built.name = f"{built.name}_{built.env}"
+        return built
 
     def eval(self) -> EvalConfig:
         """The ``[eval]`` settings."""
@@ -173,18 +260,33 @@ class Preset:
     def heldout(self) -> HeldOut:
         """The preset's held-out set (agentrl.envs.heldout): every environment table of its runs, the other
         environments' defaults, ``[eval] heldout_qa``; what every training path's gate drops."""
-        configured: list[tuple[str, object]] = []
+        configured: list[tuple[str, object, str]] = []
         for table in ("eval", "grpo"):
             if table in self.data:
                 for env, settings in self.settings(table).envs.items():
-                    configured += members(env, settings)
+                    configured += members(env, settings, f"{table}.{env}")
         ev = self.eval() if "eval" in self.data else None
         return heldout_set(configured, self.data, [ev.heldout_qa] if ev is not None and ev.heldout_qa else [],
-                           source=f"preset {self.name}")
+                           source=f"preset {self.name}", at=self.merged.at)
+
+    def budget(self, env: str) -> registry.Budget:
+        """Return the evaluation budget of environment ``env`` this preset gives (its ``[eval.<env>]`` table's
+        ``max_turns`` and ``max_new_tokens``; None where the environment's own applies): what every path that
+        evaluates it reads."""
+        return registry.budget(self.eval().envs.get(registry.get(env).name))
+
+    def gate(self, *inputs: str | Path) -> HeldOut:
+        """Return the held-out set for a run that reads ``inputs`` (run directories, datasets): the users'
+        environments their manifests recorded are loaded first, so their held-out items are held too."""
+        before = len(registry.names())
+        load_recorded(inputs)
+        if len(registry.names()) != before:
+            self.__dict__.pop("heldout", None)  # computed before those environments were known
+        return self.heldout
 
     def with_layer(self, data: dict, where: str) -> Preset:
         """Return this preset with one more layer on top (a notebook's form: ``{"grpo": {"max_steps": 5}}``)."""
-        return Preset(merge([*self.merged.layers, Layer(data, where)]), self.path, self.card, self.sets)
+        return Preset(merge([*self.merged.layers, Layer(data, where)], replaces), self.path, self.card, self.sets)
 
     def value(self, dotted: str):
         """Return the value of ``dotted`` (``grpo.max_steps``) as the settings of its table hold it."""
@@ -223,7 +325,7 @@ def load(name_or_path: str | Path | None, sets: Iterable[str] | None = (), *, ca
     layers += list(flags)
     if form:
         layers.append(Layer(form, "the notebook's form"))
-    return Preset(merge(layers), file.where, card, sets)
+    return Preset(merge(layers, replaces), file.where, card, sets)
 
 
 def set_values(value) -> list[str]:

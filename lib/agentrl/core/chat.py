@@ -130,3 +130,15 @@ def extract_answer(text: str | None) -> str | None:
     """Return the stripped content of the last ``<answer>...</answer>`` in ``text``, or None."""
     found = _ANSWER.findall(text or "")
     return found[-1].strip() if found else None
+
+
+def first_user_text(messages) -> str:
+    """Return the text of the first user message of a conversation ("" without one): the question of an SFT row, a
+    preference pair's prompt or a trajectory (what a training run's ``train_items.jsonl`` records)."""
+    for m in messages or []:
+        if isinstance(m, dict) and m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, list):  # content parts
+                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return content if isinstance(content, str) else ""
+    return ""

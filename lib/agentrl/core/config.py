@@ -1,29 +1,27 @@
-"""Presets and typed settings: a preset's layers merged once, every key and value checked where it was written.
+"""Presets: where they are, their layers merged once, and where each key was written.
 
 A preset is a TOML file in ``configs/`` (``demo``, ``colab_qwen3_4b``, ...) with one table per phase. What a run uses
 is the preset file with, in this order and nowhere else, the detected card's ``[gpu.<CARD>]`` tables, the
 ``--set section.key=value`` overrides (and the command-line flags, which are written as such overrides) and, in a
 notebook, the hyperparameter form: :func:`merge` merges these :class:`Layer` s once and remembers which layer wrote
-each key, so a bad value is reported where it was written (``file:line``, the ``--set`` text, the form).
-:func:`from_dict` turns a table into its settings dataclass, checking names, types and a field's allowed values
-(``Literal``); a field whose metadata names a ``Extra`` takes keys the dataclass does not declare (an environment's
-own table, TRL's config fields) and checks them through it.
+each key, so a bad value is reported where it was written (``file:line``, the ``--set`` text, the form). The values
+are checked by agentrl.core.validate, the one validator.
+
+A layer that sets a table-valued setting (a reward table, a mixture, a server's environment: a field typed as a
+dict) replaces the earlier layers' table whole, with one line saying what it replaced (:func:`merge`'s ``replaces``);
+sections (``[grpo]``, ``[grpo.search]``, ``[grpo.model.lora]``) merge key by key.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import tomllib
-import types
-import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from agentrl.core.io import DataError
 
-T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[3]  # lib/agentrl/core/config.py
 # an installed wheel carries configs/ and data/samples/ here (pyproject.toml: force-include); a checkout has none
 BUNDLED = Path(__file__).resolve().parents[1] / "_bundled"
@@ -70,6 +68,7 @@ class Layer:
     where: str
     text: str | None = None
     prefix: tuple[str, ...] = ()
+    keys: tuple[str, ...] | None = None  # a ``--set``'s dotted key: a key inside a table-valued setting, not the table
 
     def at(self, path: tuple[str, ...]) -> str:
         """Return where ``path`` (a key inside ``data``) was written: ``file:line`` when the line is known."""
@@ -116,16 +115,18 @@ def nest(keys: list[str] | tuple[str, ...], value: Any) -> dict:
 def set_layer(expr: str) -> Layer:
     """Return the Layer of one ``--set section.key=value`` override."""
     keys, value = parse_set(expr)
-    return Layer(nest(keys, value), f"--set {expr}")
+    return Layer(nest(keys, value), f"--set {expr}", keys=tuple(keys))
 
 
 @dataclasses.dataclass
 class Merged:
-    """The merged tables of a preset's layers and, for every key path, the layer that wrote it last."""
+    """The merged tables of a preset's layers and, for every key path, the layer that wrote it last; ``replaced``:
+    one line per table-valued setting a later layer replaced whole."""
 
     data: dict
     origins: dict[tuple[str, ...], Layer]
     layers: list[Layer]
+    replaced: list[str] = dataclasses.field(default_factory=list)
 
     def at(self, dotted: str) -> str:
         """Return where the key ``dotted`` (or the nearest table holding it) was written."""
@@ -137,19 +138,28 @@ class Merged:
         return self.layers[0].where if self.layers else "preset"
 
 
-def merge(layers: list[Layer]) -> Merged:
-    """Return the layers merged in order (a later layer's key replaces an earlier one's; tables merge key by key),
-    with the origin of every key. The one merge of preset values: card tables, ``--set`` and the form go through
-    here."""
+def merge(layers: list[Layer], replaces: Callable[[tuple[str, ...]], bool] = lambda path: False) -> Merged:
+    """Return the layers merged in order (a later layer's key replaces an earlier one's; sections merge key by key,
+    and a table ``replaces(path)`` says is one setting's value, such as a reward table, is replaced whole, with a
+    line in ``replaced`` naming what was replaced), with the origin of every key. The one merge of preset values:
+    card tables, ``--set`` and the form go through here."""
     data: dict = {}
     origins: dict[tuple[str, ...], Layer] = {}
+    replaced: list[str] = []
 
     def into(dst: dict, src: dict, path: tuple[str, ...], layer: Layer) -> None:
         for k, v in src.items():
             here = (*path, k)
             if isinstance(v, dict) and isinstance(dst.get(k), dict):
-                into(dst[k], v, here, layer)  # the table keeps the origin of the layer that made it
-                continue
+                inside = layer.keys is not None and len(layer.keys) > len(here)  # --set grpo.search.rewards.format=1
+                if inside or not replaces(here):
+                    into(dst[k], v, here, layer)  # the table keeps the origin of the layer that made it
+                    continue
+                if dst[k] != v:
+                    dotted = ".".join(here)
+                    was = Merged(data, origins, layers).at(dotted)
+                    replaced.append(f"{layer.at(here)}: {dotted} = {_inline(v)} replaces {_inline(dst[k])} "
+                                    f"({was}) whole; keys it leaves out are not kept")
             dst[k] = _copy(v)
             for old in [p for p in origins if p[:len(here)] == here]:
                 del origins[old]
@@ -160,7 +170,11 @@ def merge(layers: list[Layer]) -> Merged:
 
     for layer in layers:
         into(data, layer.data, (), layer)
-    return Merged(data, origins, list(layers))
+    return Merged(data, origins, list(layers), replaced)
+
+
+def _inline(table: dict) -> str:
+    return "{" + ", ".join(f"{k} = {v!r}" for k, v in table.items()) + "}"
 
 
 def _leaves(table: dict, path: tuple[str, ...]):
@@ -176,187 +190,6 @@ def _copy(v: Any) -> Any:
     if isinstance(v, list):
         return [_copy(x) for x in v]
     return v
-
-
-# ----------------------------------------------------------------------------- typed settings
-
-
-class SettingError(DataError):
-    """A setting's value is wrong; ``key`` is its dotted path inside the table being read (the location is added by
-    :func:`from_dict`)."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(message)
-        self.key = key
-
-
-class Extra:
-    """Keys a settings dataclass takes besides its own fields, collected into one dict field (field metadata
-    ``{"extra": Extra(...)}``): an environment's table, TRL's config fields. ``names()`` are the keys it takes (for
-    "did you mean"), ``coerce(key, value, path, at)`` returns the checked value or raises KeyError when the key is
-    not one of its names (``table`` is the whole table being read)."""
-
-    def names(self) -> list[str]:
-        """Return the keys this extra takes."""
-        return []
-
-    def coerce(self, key: str, value: Any, path: str, at: Callable[[str], str], table: dict | None = None) -> Any:
-        """Return ``value`` checked for ``key`` (KeyError: not a key of this extra); ``table`` is the whole table
-        being read."""
-        raise KeyError(key)
-
-
-class Moved(Extra):
-    """Keys that moved elsewhere (an Extra that takes none): each is refused with where it went."""
-
-    def __init__(self, moved: dict[str, str]):
-        self.moved = moved
-
-    def coerce(self, key: str, value: Any, path: str, at: Callable[[str], str], table: dict | None = None) -> Any:
-        """Raise the DataError naming where ``key`` went; KeyError for a key that never existed."""
-        if key not in self.moved:
-            raise KeyError(key)
-        raise DataError(_located(at, path, f"{path} is no longer a key here: use {self.moved[key]}"))
-
-
-def from_dict(cls: type[T], data: dict | None, where: str = "config", at: Callable[[str], str] | None = None) -> T:
-    """Return ``cls(**data)`` with nested dataclasses built recursively, names, types and allowed values checked.
-
-    ``where`` is the table's dotted path (``grpo``); ``at(dotted)`` says where a key was written (``file:line``, a
-    ``--set``). A bad key or value raises DataError ``"<at>: <where.key>: <what>"``; an unknown key names the nearest
-    valid one. Keys the dataclass does not declare go to its Extra fields (:class:`Extra`), else are unknown.
-    """
-    at = at or (lambda dotted: "")
-    data = dict(data or {})
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    extras = {name: f.metadata["extra"] for name, f in fields.items() if "extra" in f.metadata}
-    kwargs: dict[str, Any] = {name: {} for name in extras}
-    for name, value in data.items():
-        path = f"{where}.{name}"
-        if name in fields and name not in extras:
-            kwargs[name] = _coerce(hints[name], value, path, at)
-            continue
-        for field_name, extra in extras.items():
-            try:
-                kwargs[field_name][name] = extra.coerce(name, value, path, at, data)
-                break
-            except KeyError:
-                continue
-        else:
-            known = [n for n in fields if n not in extras] + [k for e in extras.values() for k in e.names()]
-            unknown(path, known, at)
-    try:
-        return cls(**kwargs)
-    except SettingError as exc:
-        path = f"{where}.{exc.key}"
-        raise DataError(_located(at, path, f"{path}: {exc}")) from None
-
-
-def unknown(path: str, known: list[str], at: Callable[[str], str]) -> typing.NoReturn:
-    """Raise the DataError of an unknown key ``path`` (dotted), naming the nearest of ``known`` (its siblings)."""
-    parent, _, name = path.rpartition(".")
-    near = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    shown = sorted(known)
-    listed = ", ".join(shown[:25]) + (f", ... ({len(shown)} keys)" if len(shown) > 25 else "")
-    hint = f"did you mean '{parent + '.' if parent else ''}{near[0]}'?" if near else f"valid here: {listed}"
-    kind = "table" if not parent else "key"
-    raise DataError(_located(at, path, f"unknown {kind} '{path}' ({hint})"))
-
-
-def _located(at: Callable[[str], str], path: str, message: str) -> str:
-    where = at(path)
-    return f"{where}: {message}" if where else message
-
-
-def _coerce(tp: Any, value: Any, where: str, at: Callable[[str], str]) -> Any:
-    try:
-        return coerce(tp, value, where, at)
-    except SettingError as exc:  # its key is the dotted path of the value at fault (a dict's entry, a list's item)
-        raise DataError(_located(at, exc.key, f"{exc.key}: {exc}")) from None
-
-
-def coerce(tp: Any, value: Any, where: str, at: Callable[[str], str] | None = None) -> Any:
-    """Return ``value`` as type ``tp`` (unions, lists, dicts, ``Literal`` choices, nested dataclasses); a SettingError
-    whose key is the dotted path of the value at fault (``where`` or inside it) otherwise."""
-    at = at or (lambda dotted: "")
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return coerce(arg, value, where, at)
-            except (SettingError, DataError) as exc:
-                errors.append(exc)
-        if len(errors) == 1:
-            raise errors[0]
-        # the member of the value's own kind (a list for a list, ...) says best what is wrong with it
-        kinds = [a for a in args if a is not type(None)]
-        same = [e for a, e in zip(kinds, errors, strict=True) if _same_kind(a, value)]
-        if len(same) == 1:
-            raise same[0]
-        raise SettingError(where, f"expected {_type_name(tp)}, got {value!r}")
-    if origin is typing.Literal:
-        choices = typing.get_args(tp)
-        if value not in choices:
-            near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.5)
-            raise SettingError(where, f"{value!r} is not one of {', '.join(map(repr, choices))}"
-                                      + (f" (did you mean {near[0]!r}?)" if near else ""))
-        return value
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise SettingError(where, f"expected a table, got {value!r}")
-        return from_dict(tp, value, where, at)
-    if origin in (list, tuple):
-        if not isinstance(value, list | tuple):
-            raise SettingError(where, f"expected a list, got {value!r}")
-        args = typing.get_args(tp)
-        inner = args[0] if args else Any
-        items = [coerce(inner, v, f"{where}[{i}]", at) for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise SettingError(where, f"expected a table, got {value!r}")
-        args = typing.get_args(tp)
-        if len(args) == 2:
-            return {k: coerce(args[1], v, f"{where}.{k}", at) for k, v in value.items()}
-        return dict(value)
-    if tp is Any or tp is object:
-        return value
-    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if tp is bool and isinstance(value, bool):
-        return value
-    if tp in (int, str) and isinstance(value, tp) and not isinstance(value, bool):
-        return value
-    if tp is Path and isinstance(value, str | Path):
-        return Path(value)
-    raise SettingError(where, f"expected {_type_name(tp)}, got {value!r}")
-
-
-def _same_kind(tp: Any, value: Any) -> bool:
-    """Whether ``value`` is of the kind type ``tp`` describes (a list, a table, a scalar)."""
-    origin = typing.get_origin(tp)
-    if isinstance(value, list | tuple):
-        return origin in (list, tuple)
-    if isinstance(value, dict):
-        return origin is dict or tp is dict or dataclasses.is_dataclass(tp)
-    return origin not in (list, tuple, dict) and tp is not dict and not dataclasses.is_dataclass(tp)
-
-
-def _type_name(tp: Any) -> str:
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp) if a is not type(None))
-    if typing.get_origin(tp) in (list, tuple):
-        return "a list"
-    if typing.get_origin(tp) is dict or tp is dict:
-        return "a table"
-    return getattr(tp, "__name__", str(tp))
 
 
 def key_line(text: str, dotted: str) -> int | None:

@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from agentrl.core.io import write_json
+from agentrl.core.io import DataError, read_json, write_json
 
 # Words that make a key a credential wherever they appear (``client_secret``, ``openai_api_key``, ``apikey``).
 _SECRET_WORDS = re.compile(r"api_?key|secret|passw(?:or)?d|authorization|bearer|credential")
@@ -101,3 +101,24 @@ def write_manifest(run_dir: str | Path, *, phase: str, config: dict, counts: dic
     if extra:
         doc.update(scrub(extra, secrets))
     return write_json(run_dir / "manifest.json", doc)
+
+
+def recorded_sources(paths) -> list[tuple[str, Path]]:
+    """Return ``(env source, manifest)`` for each user's environment the manifests at or beside ``paths`` name."""
+    out: dict[str, Path] = {}
+    for p in paths:
+        p = Path(p)
+        for manifest in (p / "manifest.json", p.parent / "manifest.json", p.parent.parent / "manifest.json"):
+            if not manifest.is_file():
+                continue
+            try:
+                data = read_json(manifest)
+            except DataError:
+                continue
+            sources = [(data.get("config") or {}).get("env_source"), *((data.get("extra") or {}).get("env_sources")
+                                                                       or [])]
+            for s in sources:
+                if isinstance(s, str) and s:
+                    out.setdefault(s, manifest)
+            break
+    return list(out.items())

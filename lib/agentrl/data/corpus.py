@@ -22,6 +22,7 @@ from agentrl.core.config import data_file
 from agentrl.core.io import DataError, iter_jsonl, read_jsonl, staged_dir, write_jsonl
 from agentrl.core.manifest import write_manifest
 from agentrl.core.metrics import gold_list
+from agentrl.core.validate import AtLeast0, AtLeast1, SettingError, file_or
 from agentrl.retrieval.dense import resolve_embedder
 
 QA_FIELDS = ("id", "question", "golden_answers")
@@ -406,19 +407,26 @@ def read_corpus(corpus_dir: str | Path) -> list[dict]:
     return passages
 
 
+DEFAULT_QA = "data/samples/hotpotqa_dev_200.jsonl"  # the bundled HotpotQA sample: corpus and search QA by default
+QASource = file_or("", "hf:")  # a QA or corpus file that exists, a hub dataset (hf:NAME[:CONFIG]), or "" (none)
+
+
 @dataclass
 class CorpusConfig:
     """The ``[corpus]`` table of a preset: where passages come from and how they are chunked."""
 
     name: str = "hotpotqa"
-    qa: str | None = "data/samples/hotpotqa_dev_200.jsonl"
-    corpus_file: str | None = None
+    qa: QASource | None = DEFAULT_QA  # a QA file or hf:NAME[:CONFIG]; "" = none (the corpus comes from corpus_file)
+    corpus_file: QASource | None = None
     embedder: str = "minilm"
-    chunk_size: int = 200  # 0 = one passage per document
-    chunk_overlap: int = 32
-    limit: int | None = None
+    chunk_size: AtLeast0 = 200  # 0 = one passage per document
+    chunk_overlap: AtLeast0 = 32  # below chunk_size
+    limit: AtLeast1 | None = None  # rows read
 
     def __post_init__(self):
         self.qa = self.qa or None  # qa = "": none (a preset that builds its corpus from corpus_file)
         self.corpus_file = self.corpus_file or None  # "": none (--qa replaces the preset's corpus file)
+        if self.chunk_size and self.chunk_overlap >= self.chunk_size:
+            raise SettingError("chunk_overlap", f"must be below chunk_size ({self.chunk_size}), got "
+                                                f"{self.chunk_overlap}")
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -25,8 +26,9 @@ from typing import Literal
 from agentrl.core.config import to_dict
 from agentrl.core.heldout import HeldOut
 from agentrl.core.io import DataError, JsonlAppender, staged_dir, write_json
-from agentrl.core.manifest import write_manifest
+from agentrl.core.manifest import recorded_sources, write_manifest
 from agentrl.core.metrics import normalize_answer
+from agentrl.core.validate import AtLeast0, AtLeast1, Fraction, NonNegative, between
 from agentrl.data.trajectories import iter_trajectories, trajectory_frame
 
 
@@ -35,24 +37,25 @@ class CurateConfig:
     """The ``[data]`` table of a preset."""
 
     name: str = "sft"
-    min_f1: float | None = 0.8
-    min_em: float | None = None
-    min_judge: float | None = None
-    min_grounded: float | None = None  # search: the answer was in the passages shown; rows without it pass
+    min_f1: Fraction | None = 0.8
+    min_em: Fraction | None = None
+    min_judge: Fraction | None = None
+    min_grounded: Fraction | None = None  # search: the answer was in the passages shown; rows without it pass
     require_answer: bool = True
-    max_turns: int | None = None
-    max_tool_calls: int | None = None
+    max_turns: AtLeast1 | None = None
+    max_tool_calls: AtLeast0 | None = None
     no_tool_errors: bool = False
     dedup_questions: bool = True
     envs: list[str] | None = None
     policies: list[str] | None = None
-    balance_by: list[str] = field(default_factory=list)  # [] = off; ["tool_calls"] or ["tool_calls", "turns"]
-    balance_target: dict[str, float] | str = "uniform"  # "uniform" or {bucket: weight}, buckets like "2" or "2|3"
-    balance_cap: int | None = 4  # values >= cap share one bucket ("4+")
+    balance_by: list[Literal["tool_calls", "turns"]] = field(default_factory=list)  # [] = off
+    # "uniform" or {bucket: weight}, buckets like "2" or "2|3"
+    balance_target: dict[str, NonNegative] | Literal["uniform"] = "uniform"
+    balance_cap: AtLeast1 | None = 4  # values >= cap share one bucket ("4+")
     balance_mode: Literal["cap", "exact"] = "cap"
-    max_examples: int | None = None
-    val_fraction: float = 0.1
-    seed: int = 0
+    max_examples: AtLeast1 | None = None
+    val_fraction: between(0, 1, high_open=True) = 0.1  # training needs questions: below 1
+    seed: AtLeast0 = 0
 
 
 def question_key(question: str) -> str:
@@ -76,9 +79,6 @@ def select(df, cfg: CurateConfig, heldout: HeldOut) -> tuple:
     the ``heldout`` items (the preset's gate: by id or normalised question) go first."""
     import polars as pl
 
-    if not 0 <= cfg.val_fraction < 1:
-        raise DataError(f"data.val_fraction must be at least 0 and below 1 (got {cfg.val_fraction}): "
-                        "training needs questions")
     steps: list[dict] = []
 
     def step(name: str, reason: str, keep) -> None:
@@ -88,11 +88,13 @@ def select(df, cfg: CurateConfig, heldout: HeldOut) -> tuple:
         steps.append({"step": name, "reason": reason, "removed": before - df.height, "remaining": df.height})
 
     steps.append({"step": "input", "reason": "trajectories read", "removed": 0, "remaining": df.height})
-    held = [heldout.matches({"id": i, "question": q})
-            for i, q in zip(df["id"].to_list(), df["question"].to_list(), strict=True)]
-    heldout.dropped["trajectories"] = heldout.dropped.get("trajectories", 0) + sum(held)
-    step("heldout", f"a held-out item of {heldout.source or 'the preset'} (never trained on)",
-         ~pl.Series(held, dtype=pl.Boolean))
+    # the gate reads what the model reads (every message), not the frame's id or question fields
+    found = list(iter_trajectories(df["source"].unique(maintain_order=True).to_list()))
+    passed = heldout.keep(found, "trajectories", row=lambda t: t[2])
+    kept = {(str(path), row) for (path, row, _), ok in zip(found, passed, strict=True) if ok}
+    step("heldout", f"a held-out item of {heldout.source or 'the preset'} or a near copy (never trained on)",
+         pl.Series([(s, r) in kept for s, r in zip(df["source"].to_list(), df["row"].to_list(), strict=True)],
+                   dtype=pl.Boolean))
     step("errors", "the item failed (policy error or timeout)", pl.col("error").is_null())
     if cfg.envs:
         step("env", f"environment not in {cfg.envs}", pl.col("env").is_in(cfg.envs))
@@ -229,11 +231,17 @@ def write_selection(df, path: Path) -> int:
     return len(records)
 
 
-def curate(sources, cfg: CurateConfig, out_dir: str | Path, heldout: HeldOut) -> dict:
+def curate(sources, cfg: CurateConfig, out_dir: str | Path, heldout: HeldOut, known: Collection[str] = ()) -> dict:
     """Curate trajectories from ``sources`` into ``out_dir`` (train/validation JSONL + curation.json); return
     the report. ``validation.jsonl`` is written only when the validation split has a trajectory. Trajectories of
-    the ``heldout`` items (the preset's gate, agentrl.core.heldout) are dropped first, and counted."""
+    the ``heldout`` items (the preset's gate, agentrl.core.heldout) are dropped first, and counted. ``known``: the
+    environments whose held-out items the gate holds; trajectories of others are named in one line."""
     df = trajectory_frame(sources)
+    unknown = sorted(set(df["env"].unique().to_list()) - set(known)) if known else []
+    if unknown:
+        print(f"held-out set: trajectories of {', '.join(unknown)}, an environment not loaded here (no run manifest "
+              "recorded its file): its held-out items are not known to the gate; curate its run directory, or name "
+              "it in the preset ([eval] env = \"path/to/env.py\")")
     train, val, report = select(df, cfg, heldout)
     if train.height == 0:  # select() keeps train non-empty; an empty training file must never be written
         raise DataError("curation left no trajectory for training; nothing was written")
@@ -244,6 +252,8 @@ def curate(sources, cfg: CurateConfig, out_dir: str | Path, heldout: HeldOut) ->
                              "validation": write_selection(val, stage / "validation.jsonl") if val.height else 0}
         write_json(stage / "curation.json", report)
         write_manifest(stage, phase="data", name=out_dir.name, config=to_dict(cfg),
-                       counts={"input": df.height, **report["written"]}, extra={"heldout": heldout.describe()},
+                       counts={"input": df.height, **report["written"]},
+                       extra={"heldout": heldout.describe(),
+                              "env_sources": sorted({s for s, _ in recorded_sources(sources)})},
                        inputs={f"source_{i}": s for i, s in enumerate(sorted(set(df["source"].to_list())))})
     return report

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from agentrl.core.chat import to_template_messages
+from agentrl.core.heldout import HeldOut
 from agentrl.core.io import DataError, iter_jsonl, read_jsonl, write_jsonl
 
 FORMATS = ("trl", "swift", "sharegpt")
@@ -84,8 +85,9 @@ def to_sharegpt(traj: dict) -> dict:
 CONVERTERS = {"trl": to_trl, "swift": to_swift, "sharegpt": to_sharegpt}
 
 
-def export(data_dir: str | Path, formats=FORMATS) -> dict:
-    """Write ``data_dir/<format>/<split>.jsonl`` for the curated splits in ``data_dir``; return row counts.
+def export(data_dir: str | Path, formats, heldout: HeldOut) -> dict:
+    """Write ``data_dir/<format>/<split>.jsonl`` for the curated splits in ``data_dir``, through the held-out gate
+    ``heldout`` (what an external trainer reads is as clean as what ours trains on); return row counts.
 
     Trajectories without an assistant turn are skipped and counted.
     """
@@ -102,8 +104,10 @@ def export(data_dir: str | Path, formats=FORMATS) -> dict:
         if not path.exists():
             continue
         trajs = [rec for _, rec in iter_jsonl(path)]
-        splits[split] = [t for t in trajs if _has_assistant(t.get("messages") or [])]
-        counts[split] = {"rows": len(splits[split]), "skipped_without_assistant_turn": len(trajs) - len(splits[split])}
+        turns = [t for t in trajs if _has_assistant(t.get("messages") or [])]
+        splits[split] = heldout.drop(turns, f"{split} trajectories of {data_dir}") if turns else []
+        counts[split] = {"rows": len(splits[split]), "skipped_without_assistant_turn": len(trajs) - len(turns),
+                         "heldout_dropped": len(turns) - len(splits[split])}
     if not splits.get("train"):
         # an empty export would only fail later, in SFT, far from its cause
         raise DataError(f"{data_dir / 'train.jsonl'}: nothing to export ({counts['train']['rows']} trajectories with "

@@ -32,7 +32,6 @@ def attempts(sample_dir: str | Path, heldout: HeldOut) -> dict[str, list[tuple[d
         raise DataError(f"{sample_dir}: not a sample run (no manifest.json / outcomes.jsonl; run `agentrl sample`)")
     manifest = read_json(sample_dir / "manifest.json")
     found = read_jsonl(sample_dir / "outcomes.jsonl", required=("id", "success"))
-    found = heldout.drop(found, f"sampled items of {sample_dir}")
     outcomes = {str(o["id"]): o["success"] for o in found}
     out: dict[str, list[tuple[dict, bool]]] = {i: [] for i in outcomes}
     for j in range(int(manifest["config"]["k"])):
@@ -40,7 +39,14 @@ def attempts(sample_dir: str | Path, heldout: HeldOut) -> dict[str, list[tuple[d
             item = str(t["id"])
             if item in out:
                 out[item].append((t, bool(outcomes[item][j])))
-    return out
+    # the gate reads each attempt's messages (what the model read and wrote), not the outcome's id or question
+    attempts_ = [(item, t, ok) for item, tried in out.items() for t, ok in tried]
+    passed = heldout.keep(attempts_, f"sampled attempts of {sample_dir}", row=lambda a: a[1])
+    kept: dict[str, list[tuple[dict, bool]]] = {}
+    for (item, t, ok), good in zip(attempts_, passed, strict=True):
+        if good:
+            kept.setdefault(item, []).append((t, ok))
+    return kept
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -106,6 +112,6 @@ def export_successes(sample_dir: str | Path, heldout: HeldOut, formats=("trl",))
     out = sample_dir / "successes"
     write_jsonl(out / "train.jsonl", kept)
     (out / "validation.jsonl").unlink(missing_ok=True)
-    counts = export(out, formats)
+    counts = export(out, formats, heldout)
     return {"items": len(trajs), "items_with_success": sum(any(ok for _, ok in a) for a in trajs.values()),
             "rows": len(kept), "export": counts}

@@ -9,6 +9,7 @@ CLI, evaluation, GRPO, curation, the notebooks' pickers, the mixed environment a
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import sys
@@ -17,14 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.core.config import Extra, from_dict
 from agentrl.core.io import DataError
+from agentrl.core.validate import Extra, SettingError, from_dict
 from agentrl.envs import BUILTIN
 from agentrl.envs import DEFAULT as DEFAULT  # re-exported: registry.DEFAULT
 from agentrl.envs.base import _tool_names, active_env
 from agentrl.envs.task import EnvSettings
 
 SPLITS = ("train", "validation", "heldout")  # every environment's; "all" is their union in the source's order
+
+
+def question_text(row: dict) -> str:
+    """Return a task row's question: what the model reads of the item, the default identity of an environment's
+    items (agentrl.core.heldout)."""
+    return row["question"]
 
 
 @dataclass(frozen=True)
@@ -57,11 +64,21 @@ class Environment:
     eval_split: str = "heldout"  # the rows ``agentrl eval`` runs when no split is given ("all": every row)
     evaluable: bool = True  # ``agentrl eval`` runs it on its own rows
     max_turns: int = 6  # an episode's turn budget unless its settings say otherwise
+    max_new_tokens: int = 256  # tokens a turn may generate in an evaluation unless its settings say otherwise
     demo_items: int = 0  # ``agentrl demo`` runs the oracle on this many of its eval items (0: not in the demo)
     mixture_note: str = ""  # added to a mixture's system prompt when this env takes part
     metrics_note: str = ""  # how to read its metrics side by side (shown under an evaluation's table)
     folder: str | None = None  # where its README lives
     families: Callable[[Any], tuple[str, ...]] | None = None  # settings -> the envs its episodes come from (a mixture)
+    # row -> the text that identifies the item, read from what the model reads of it (the held-out gate matches it
+    # inside training rows): the question by default; code, the problem's prompt without the shared instruction
+    identity: Callable[[dict], str] = question_text
+    # whether a training row holding most of a held-out item's 13-grams is a copy of it (agentrl.core.heldout's second
+    # line): not for items generated from a template distinct items share (the text game: one room, other objects)
+    near_copies: bool = True
+    # row -> the part of its identity whose near copies count (None: all of it); SQL: the question without the table's
+    # note, which every task on that table repeats (another question on a held-out task's table is another item)
+    near_text: Callable[[dict], str] | None = None
 
     def families_of(self, settings) -> tuple[str, ...]:
         """Return the task families of this environment's episodes under ``settings``: its own name, or what
@@ -70,6 +87,13 @@ class Environment:
 
 
 _LOADED: dict[str, Environment] = {}
+_SOURCES: dict[str, str] = {}  # a user's environment's name -> where it was loaded from (a file's absolute path)
+
+
+def source_of(name: str) -> str | None:
+    """Return where the user's environment ``name`` was loaded from (an absolute file path or a module name), None
+    for a built-in one: what a run's manifest records, so a later phase can load it again."""
+    return _SOURCES.get(name)
 
 
 def names(*, evaluable: bool | None = None) -> tuple[str, ...]:
@@ -91,7 +115,12 @@ def get(name_or_path: str) -> Environment:
     if not _looks_external(name_or_path):
         raise DataError(f"unknown environment '{name_or_path}' (known: {', '.join(names())}; or a file "
                         "path/to/my_env.py or a module name package.module[:attr] that defines ENVIRONMENT)")
-    return _register(load_external(name_or_path))
+    env = _register(load_external(name_or_path))
+    target, sep, attr = name_or_path.partition(":") if not (len(name_or_path) > 1 and name_or_path[1] == ":") \
+        else (name_or_path, "", "")
+    is_file = target.endswith(".py") or "/" in target
+    _SOURCES[env.name] = (str(Path(target).expanduser().resolve()) + sep + attr) if is_file else name_or_path
+    return env
 
 
 def _looks_external(value: str) -> bool:
@@ -106,7 +135,7 @@ def load_external(spec: str) -> Environment:
     if target.endswith(".py") or "/" in target:
         path = Path(target).expanduser()
         if not path.is_file():
-            raise DataError(f"--env {spec}: no such file {path}")
+            raise DataError(f"environment {spec}: no such file {path}")
         module_name = f"agentrl_user_env_{path.stem}"
         module = sys.modules.get(module_name)
         if module is None or getattr(module, "__file__", None) != str(path.resolve()):
@@ -118,7 +147,7 @@ def load_external(spec: str) -> Environment:
         try:
             module = importlib.import_module(target)
         except ImportError as exc:
-            raise DataError(f"--env {spec}: cannot import {target} ({exc})") from None
+            raise DataError(f"environment {spec}: cannot import {target} ({exc})") from None
     return _from_module(module, attr or None, spec)
 
 
@@ -132,10 +161,10 @@ def _from_module(module, attr: str | None, where: str | None = None) -> Environm
         if callable(value) and not isinstance(value, Environment):
             value = value()
         if not isinstance(value, Environment):
-            raise DataError(f"--env {where}: {name} is a {type(value).__name__}, not an "
+            raise DataError(f"environment {where}: {name} is a {type(value).__name__}, not an "
                             "agentrl.envs.registry.Environment")
         return value
-    raise DataError(f"--env {where}: the module defines no {' or '.join(candidates)}")
+    raise DataError(f"environment {where}: the module defines no {' or '.join(candidates)}")
 
 
 def _register(env: Environment, builtin: bool = False) -> Environment:
@@ -215,10 +244,55 @@ def env_name(env: Any) -> str | None:
     return name
 
 
+def checked(name_or_path: str) -> Environment:
+    """Return the environment ``name_or_path`` (:func:`get`) for a setting that names one: an unknown one is a
+    SettingError of that setting, so the message says where the name was written."""
+    try:
+        return get(name_or_path)
+    except DataError as exc:
+        raise SettingError("env", str(exc)) from None
+
+
 def settings_of(env: Environment, table: dict | None = None, where: str | None = None, at=None):
     """Return ``env``'s settings from a preset ``table`` (``[eval.<name>]``; None: its defaults), names, types and
     values checked (DataError naming ``where`` and the key)."""
     return from_dict(env.settings, table or {}, where or env.name, at)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """An environment's evaluation budget as a preset's ``[eval.<env>]`` table gives it: the assistant turns an
+    episode may take and the tokens a turn may generate (None: the environment's own). Every path that evaluates the
+    environment reads it (agentrl eval, GRPO's held-out evaluations, SFT's check, sampling, the learning benchmark)
+    and records the task's resolved values."""
+
+    max_turns: int | None = None
+    max_new_tokens: int | None = None
+
+
+def budget(settings) -> Budget:
+    """Return the evaluation budget an environment's ``settings`` give (an ``[eval.<env>]`` table's)."""
+    return Budget(getattr(settings, "max_turns", None), getattr(settings, "max_new_tokens", None))
+
+
+def within(task, b: Budget):
+    """Return ``task`` with the evaluation budget ``b`` (where it gives a value) on it: a copy, the task itself
+    unchanged."""
+    return dataclasses.replace(task, max_turns=b.max_turns or task.max_turns,
+                               max_new_tokens=b.max_new_tokens or task.max_new_tokens)
+
+
+def build_task(env: Environment, settings, preset: dict | None = None):
+    """Return the Task of ``env`` for ``settings`` (its build) with the settings' evaluation budget, else the
+    environment's own: the one way a run gets an environment's task."""
+    task = env.build(settings, preset or {})
+    task.max_new_tokens = task.max_new_tokens or env.max_new_tokens
+    return within(task, budget(settings))
+
+
+def budget_of(task) -> dict:
+    """Return the evaluation budget a run with ``task`` records."""
+    return {"max_turns": task.max_turns, "max_new_tokens": task.max_new_tokens}
 
 
 def split_rows(env: Environment, split: str, settings, preset: dict | None = None,
@@ -242,6 +316,11 @@ class EnvTables(Extra):
         """Return the environments a run table may configure."""
         return list(names())
 
+    def type_of(self, key: str):
+        """Return the settings class of environment ``key`` (None for a name no loaded environment has)."""
+        spec = _LOADED.get(key) or (get(key) if key in BUILTIN else None)
+        return spec.settings if spec is not None else None
+
     def coerce(self, key: str, value, path: str, at, table: dict | None = None):
         """Return the settings of environment ``key`` from its table; KeyError when ``key`` names no environment
         (neither a registered one nor the one the run's ``env`` loads)."""
@@ -258,4 +337,11 @@ class EnvTables(Extra):
             where = at(f"{path}.rewards")
             raise DataError(f"{where + ': ' if where else ''}{path}.rewards: rewards train an environment; they go in "
                             f"the GRPO run's table ([grpo.{key}] rewards)")
+        for budget_key in ("max_turns", "max_new_tokens") if self.training else ():
+            if budget_key in value:
+                where = at(f"{path}.{budget_key}")
+                raise DataError(f"{where + ': ' if where else ''}{path}.{budget_key}: the evaluation budget of {key} "
+                                f"is its [eval.{key}] table's, which every evaluation of it reads (agentrl eval, "
+                                "GRPO's held-out evaluations, SFT's check, sampling); GRPO's rollouts take "
+                                "max_tool_calling_iterations and max_completion_length")
         return settings_of(spec, value, path, at)

@@ -14,21 +14,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.core.config import Moved
+from agentrl.core.validate import AtLeast1, Finite, Moved
 from agentrl.envs.base import instrumented
 
 
 @dataclass
 class EnvSettings:
-    """What every environment reads: the prompt, the turn and tool-call budgets of an episode, and (GRPO) the rewards
-    that train it. (GRPO's rollouts take their turn budget from TRL's ``max_tool_calling_iterations``; ``max_turns``
-    is the agent loop's: evaluation, sampling, GRPO's held-out evaluation.)"""
+    """What every environment reads: the prompt, the evaluation budget of an episode (turns, tokens per turn), its
+    tool-call budget, and (GRPO) the rewards that train it. (GRPO's rollouts take their budget from TRL's
+    ``max_tool_calling_iterations`` and ``max_completion_length``; the evaluation budget is the agent loop's.)"""
 
     prompt: str | None = None  # a prompt name of the env (its README lists them) or the text itself; default its own
-    max_turns: int | None = None  # assistant turns an episode may take (None: the environment's own budget)
-    max_tool_calls: int | None = None  # tool calls an episode may make (None: the environment's own budget)
+    # the evaluation budget, read by every path that evaluates the environment (agentrl eval, GRPO's held-out
+    # evaluations, SFT's check, sampling's turns) from the preset's [eval.<env>] table: assistant turns an episode may
+    # take and tokens an assistant turn may generate (None: the environment's own)
+    max_turns: AtLeast1 | None = None
+    max_new_tokens: AtLeast1 | None = None
+    max_tool_calls: AtLeast1 | None = None  # tool calls an episode may make (None: the environment's own budget)
     # GRPO only ([grpo.<env>]): reward name -> weight; empty = the environment's declared defaults (its README)
-    rewards: dict[str, float] = field(default_factory=dict)
+    rewards: dict[str, Finite] = field(default_factory=dict)
     moved: dict = field(default_factory=dict, metadata={"extra": Moved({"max_searches": "max_tool_calls"})})
 
 
@@ -44,6 +48,7 @@ class Task:
     config: dict = field(default_factory=dict)
     families: tuple[str, ...] = ()  # the environments whose episodes it plays (a mixture's members; else its own)
     max_turns: int = 6  # an episode's turn budget (the settings' max_turns, else the environment's own)
+    max_new_tokens: int | None = None  # tokens a turn may generate (None: the environment's; registry.build_task)
 
     def __post_init__(self):
         self.make_env = instrumented(self.make_env, self.name)

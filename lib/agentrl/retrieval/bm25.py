@@ -10,24 +10,26 @@ import functools
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from agentrl.core.io import DataError
+from agentrl.core.validate import AtLeast0, Fraction, NonNegative
 
 
 @dataclass
 class BM25Config:
     """BM25 parameters. k1=0.9, b=0.4 are Pyserini's defaults for passage retrieval over Wikipedia."""
 
-    k1: float = 0.9
-    b: float = 0.4
-    method: str = "lucene"
+    k1: NonNegative = 0.9
+    b: Fraction = 0.4
+    method: Literal["robertson", "lucene", "atire", "bm25l", "bm25+"] = "lucene"  # bm25s's variants
     stopwords: str | None = "en"
     stemmer: str | None = "english"
     # "numba" is ~40x faster per query but JIT-compiles for several seconds in every process.
-    backend: str = "auto"
-    numba_min_docs: int = 50_000
+    backend: Literal["auto", "numpy", "numba"] = "auto"
+    numba_min_docs: AtLeast0 = 50_000
 
 
 def tokenize(texts: list[str], cfg: BM25Config) -> list[list[str]]:

@@ -15,10 +15,12 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from agentrl.core.io import DataError
+from agentrl.core.validate import AtLeast0, AtLeast1, at_least
 
 # Instruction prefixes the model family was trained with; other models get none unless configured.
 _PREFIXES = (
@@ -34,20 +36,20 @@ class DenseConfig:
     """Embedder and faiss index settings."""
 
     embedder: str = "minilm"
-    index_type: str = "flat"  # flat | hnsw | ivfpq
-    hnsw_m: int = 32
-    ef_construction: int = 80
-    ef_search: int = 128
-    ivf_nlist: int = 0  # 0 = 4 * sqrt(n), capped so every list gets >= 39 training vectors
-    pq_m: int = 0  # 0 = dim / 8 sub-quantisers (8 bits each)
-    nprobe: int = 32
-    batch_size: int = 64
-    max_seq_length: int = 256
+    index_type: Literal["flat", "hnsw", "ivfpq"] = "flat"
+    hnsw_m: at_least(2) = 32
+    ef_construction: AtLeast1 = 80
+    ef_search: AtLeast1 = 128
+    ivf_nlist: AtLeast0 = 0  # 0 = 4 * sqrt(n), capped so every list gets >= 39 training vectors
+    pq_m: AtLeast0 = 0  # 0 = dim / 8 sub-quantisers (8 bits each)
+    nprobe: AtLeast1 = 32
+    batch_size: AtLeast1 = 64
+    max_seq_length: AtLeast1 = 256
     query_prefix: str | None = None  # None = the model's known prefix (see _PREFIXES), else ""
     passage_prefix: str | None = None
     # 0 = leave OpenMP alone. faiss and torch share one OpenMP runtime here: setting faiss to 1 thread also
     # drops torch to 1 thread (query encoding, training), so the thread count is never changed behind your back.
-    faiss_threads: int = 0
+    faiss_threads: AtLeast0 = 0
     device: str | None = None
 
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from agentrl.core.io import DataError, read_json, staged_dir, write_json
+from agentrl.core.validate import AtLeast1, NonNegative, Positive
 from agentrl.retrieval.bm25 import BM25Config, BM25Index
 from agentrl.retrieval.cache import QueryVectorCache
 from agentrl.retrieval.dense import DenseConfig, DenseIndex, Embedder
@@ -45,13 +47,13 @@ class IndexConfig:
 
     bm25: BM25Config = field(default_factory=BM25Config)
     dense: DenseConfig = field(default_factory=DenseConfig)
-    method: str = "hybrid"
+    method: Literal["bm25", "dense", "hybrid"] = "hybrid"
     # z-scored score sum beat RRF and min-max on the HotpotQA sample without any weight tuning
     # (docs/decisions.md); RRF stays available for score scales that z-scores handle badly.
-    fusion: str = "zscore"  # zscore | minmax | rrf
-    rrf_k: float = 60.0
-    weights: tuple[float, float] = (1.0, 1.0)  # (bm25, dense)
-    depth: int = 50  # candidates taken from each retriever before fusion
+    fusion: Literal["zscore", "minmax", "rrf"] = "zscore"
+    rrf_k: Positive = 60.0
+    weights: tuple[NonNegative, NonNegative] = (1.0, 1.0)  # (bm25, dense)
+    depth: AtLeast1 = 50  # candidates taken from each retriever before fusion
     # top_k distinct documents (best chunk each; one title = one document): chunks of one document or two
     # documents with one title otherwise fill several of the few slots the agent reads (docs/decisions.md)
     distinct: bool = True

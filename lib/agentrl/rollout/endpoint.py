@@ -22,11 +22,13 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
 from agentrl.core.chat import Turn, arguments_text, parse_hermes
 from agentrl.core.io import DataError, loads
+from agentrl.core.validate import AtLeast0, AtLeast1, NonNegative, Positive, between
 from agentrl.envs.base import api_tools
 
 
@@ -37,15 +39,17 @@ class EndpointConfig:
     base_url: str | None = None
     model: str | None = None
     api_key: str | None = None  # prefer OPENAI_API_KEY or .env: flags end up in shell history
-    temperature: float | None = 0.0
-    top_p: float | None = None
-    max_tokens: int = 1024
+    temperature: between(0, 2) | None = 0.0  # OpenAI's range
+    top_p: between(0, 1, low_open=True) | None = None
+    # tokens a turn may generate: the environment's evaluation budget when it evaluates (agentrl.rollout.evaluate)
+    max_tokens: AtLeast1 = field(default=1024, metadata={"moved": "[eval.<env>] max_new_tokens (the environment's "
+                                                                  "evaluation budget: every evaluation reads it)"})
     extra_body: dict = field(default_factory=dict)  # e.g. {"chat_template_kwargs": {"enable_thinking": false}}
-    request_timeout: float = 120.0
-    max_retries: int = 5
-    backoff_base: float = 0.5
-    backoff_max: float = 30.0
-    transport: str = "aiohttp"  # "aiohttp" (a thin chat-completions client) or "openai" (the SDK's client)
+    request_timeout: Positive = 120.0
+    max_retries: AtLeast0 = 5
+    backoff_base: NonNegative = 0.5
+    backoff_max: NonNegative = 30.0
+    transport: Literal["aiohttp", "openai"] = "aiohttp"  # a thin chat-completions client, or the openai SDK's
 
 
 TRANSPORTS = ("aiohttp", "openai")

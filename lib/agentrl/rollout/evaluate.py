@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Literal
 
 from agentrl.core.aio import run_sync
-from agentrl.core.config import Moved, to_dict
+from agentrl.core.config import to_dict
 from agentrl.core.io import DataError
 from agentrl.core.tracking import log_scalars
+from agentrl.core.validate import AtLeast0, AtLeast1, ExistingFile, Moved
 from agentrl.envs import registry
 from agentrl.envs.registry import EnvTables
 from agentrl.rollout.endpoint import EndpointConfig, EndpointPolicy
@@ -44,8 +45,8 @@ class EvalConfig:
     # the rows: a split of the environment (default: its eval_split; "all" when qa is given), then offset / limit
     split: Literal["train", "validation", "heldout", "all"] | None = None
     qa: str | None = None  # a file or a named source replacing the split's (the environment's README)
-    offset: int = 0
-    limit: int | None = None
+    offset: AtLeast0 = 0  # rows skipped from the start of the split
+    limit: AtLeast1 | None = None  # rows run after the offset (None: the rest)
     policy: Literal["endpoint", "local", "oracle"] = "endpoint"
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
@@ -53,13 +54,13 @@ class EvalConfig:
     judge: JudgeConfig | None = None
     # an evaluation-only QA file (e.g. MultiHop-RAG's validation-200): none of its items is ever trained on
     # (agentrl.envs.heldout adds them to the preset's held-out set)
-    heldout_qa: str | None = None
+    heldout_qa: ExistingFile | None = None
     envs: dict = field(default_factory=dict, metadata={"extra": EnvTables(training=False)})
     moved: dict = field(default_factory=dict, metadata={"extra": Moved({
         k: f"the environment's table: [eval.<env>] {v}" for k, v in MOVED_TO_ENV.items()})})
 
     def __post_init__(self):
-        self.env = registry.get(self.env).name
+        self.env = registry.checked(self.env).name
 
     @property
     def env_settings(self):
@@ -91,15 +92,17 @@ def variant(cfg: EvalConfig, **changes) -> EvalConfig:
 def build_task(cfg: EvalConfig, preset: dict | None = None):
     """Return the Task of the run's environment built from its settings (loading the retriever, connecting to a
     server, ... as the environment needs)."""
-    return registry.get(cfg.env).build(cfg.env_settings, preset or {})
+    return registry.build_task(registry.get(cfg.env), cfg.env_settings, preset or {})
 
 
 def build_policy(cfg: EvalConfig, task=None):
     """Return the policy named by ``cfg.policy`` (the oracle follows the task's plan)."""
+    # the task's evaluation budget is every policy's tokens per turn (agentrl.envs.registry.build_task)
+    tokens = task.max_new_tokens if task is not None and task.max_new_tokens else None
     if cfg.policy == "endpoint":
-        return EndpointPolicy(cfg.endpoint)
+        return EndpointPolicy(dataclasses.replace(cfg.endpoint, max_tokens=tokens or cfg.endpoint.max_tokens))
     if cfg.policy == "local":
-        return LocalPolicy(cfg.local)
+        return LocalPolicy(dataclasses.replace(cfg.local, max_new_tokens=tokens or cfg.local.max_new_tokens))
     if cfg.policy == "oracle":
         if task is None:
             raise DataError("the oracle needs the task whose plan it replays")
@@ -129,6 +132,9 @@ def run_eval(cfg: EvalConfig, preset: dict | None = None, *, runs: str | Path = 
     out_dir = Path(out_dir) if out_dir else Path(runs) / "eval" / cfg.name
     config = {"eval": {k: v for k, v in to_dict(cfg).items() if k not in ("endpoint", "local", "judge", "envs")},
               "env": to_dict(cfg.env_settings),
+              # a user's environment: where it was loaded from, so curation and SFT hold its held-out items too
+              "env_source": registry.source_of(cfg.env),
+              "budget": registry.budget_of(task),
               "judge": judge.describe() if judge else None}
 
     async def annotate(traj: dict) -> None:

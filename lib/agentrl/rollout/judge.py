@@ -24,6 +24,7 @@ from typing import Literal
 
 from agentrl.core.io import DataError, JsonlAppender, iter_jsonl
 from agentrl.core.metrics import answer_metrics, gold_list, math_equal
+from agentrl.core.validate import AtLeast0, AtLeast1, between
 from agentrl.rollout.endpoint import FatalEndpointError, fatal_api_errors, load_dotenv
 
 SYSTEM = ("You grade answers to questions. Reply with exactly one word: CORRECT if the predicted answer means "
@@ -40,13 +41,13 @@ class JudgeConfig:
     model: str | None = None
     base_url: str | None = None
     api_key: str | None = None  # default: JUDGE_API_KEY, then OPENAI_API_KEY
-    max_tokens: int = 64
-    max_tokens_cap: int = 4096
-    temperature: float = 0.0
-    retries: int = 3
+    max_tokens: AtLeast1 = 64
+    max_tokens_cap: AtLeast1 = 4096  # a retry after an empty reply doubles max_tokens up to this
+    temperature: between(0, 2) = 0.0
+    retries: AtLeast0 = 3
     fallback: Literal["exact_match", "math_verify", "incorrect", "correct"] = "exact_match"
     cache_dir: str | None = "runs/judge_cache"
-    concurrency: int = 16
+    concurrency: AtLeast1 = 16
     extra_body: dict = field(default_factory=dict)
 
 

@@ -24,8 +24,11 @@ from agentrl.core.chat import Turn, parse_hermes, render
 from agentrl.core.cpu_precision import use_bf16
 from agentrl.core.device import cuda_dtype
 from agentrl.core.io import DataError
+from agentrl.core.validate import AtLeast1, NonNegative, between
 
 log = logging.getLogger(__name__)
+BUDGET = ("[eval.<env>] max_new_tokens (the environment's evaluation budget: every path that evaluates it reads that "
+          "one)")
 
 
 @dataclass
@@ -34,13 +37,14 @@ class LocalConfig:
 
     model: str = "runs/models/tiny"
     adapter: str | None = None
-    max_new_tokens: int = 256
-    temperature: float = 0.0
-    top_p: float = 1.0
+    # tokens a turn may generate: the environment's evaluation budget (the task's), set by the run building the policy
+    max_new_tokens: AtLeast1 = field(default=256, metadata={"moved": BUDGET})
+    temperature: NonNegative = 0.0  # 0 = greedy
+    top_p: between(0, 1, low_open=True) = 1.0
     device: str | None = None
     chat_template_kwargs: dict = field(default_factory=dict)
-    max_batch: int = 16  # prompts per generate call (concurrent episodes are batched); 1 = one at a time
-    batch_wait_s: float = 0.05  # how long the first request waits for others to join its batch
+    max_batch: AtLeast1 = 16  # prompts per generate call (concurrent episodes are batched); 1 = one at a time
+    batch_wait_s: NonNegative = 0.05  # how long the first request waits for others to join its batch
     share_prefix: bool = True  # prefill a batch's common prompt start once (same tokens out; see the module doc)
 
 

@@ -65,7 +65,7 @@ async def synthesize(settings, policy, n: int, *, attempts: int = 2, concurrency
     ``policy`` (an endpoint policy) and kept when ``attempts`` answers through the agent loop agree."""
     if n < 1 or attempts < 2:
         raise DataError(f"mcp-tasks: --n must be at least 1 and --attempts at least 2 (got {n}, {attempts})")
-    task = registry.get(envs.MCP).build(settings, {})
+    task = registry.build_task(registry.get(envs.MCP), settings, {})
     probe = task.make_env()
     tools = [s["function"] for s in tool_schemas(probe)]
     probe._close()

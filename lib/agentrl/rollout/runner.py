@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentrl.core.aio import frozen_heap, run_sync
-from agentrl.core.config import Moved
 from agentrl.core.io import DataError, JsonlAppender, iter_jsonl, read_json, write_json, write_jsonl
 from agentrl.core.manifest import scrub, write_manifest
 from agentrl.core.metrics import aggregate, tool_call_quality
+from agentrl.core.validate import AtLeast1, Moved, Positive
 from agentrl.rollout.agent import error_trajectory, run_episode
 from agentrl.rollout.endpoint import FatalEndpointError, MalformedReplyError
 
@@ -43,11 +43,11 @@ _NOT_IN_FINGERPRINT = {"base_url", "max_retries", "request_timeout", "backoff_ba
 class RunConfig:
     """Batch settings (the policy and task carry their own)."""
 
-    concurrency: int = 32
+    concurrency: AtLeast1 = 32
     # tokens after the prompt an episode may use (model tokens + tool results, as GRPO's max_completion_length):
     # beyond it the episode ends with finish "length" (agentrl.rollout.agent); None: no budget
-    completion_budget: int | None = None
-    item_timeout: float = 600.0
+    completion_budget: AtLeast1 | None = None
+    item_timeout: Positive = 600.0
     progress: bool = True
     moved: dict = field(default_factory=dict, metadata={"extra": Moved({
         "max_turns": "the environment's table: [<run>.<env>] max_turns (the turn budget is the environment's)"})})

@@ -22,8 +22,9 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
-from agentrl.core.config import Moved, SettingError, from_dict, to_dict
+from agentrl.core.config import to_dict
 from agentrl.core.io import DataError
+from agentrl.core.validate import AtLeast0, Moved, SettingError, from_dict
 from agentrl.envs import registry
 from agentrl.envs.registry import EnvTables
 from agentrl.rollout.judge import JudgeConfig
@@ -73,6 +74,10 @@ MOVED = {
     "max_query_chars": "[<run>.search] max_query_chars", "prompt": "[<run>.<env>] prompt",
     "sql_partial_credit": "[<run>.sql] partial_credit", "sql_jaccard": "[<run>.sql] jaccard",
     "sql_scoring": "[<run>.sql] scoring", "sql_backend": "[<run>.sql] backend", "env_args": "[<run>.<env>]",
+    "eval_max_new_tokens": "[eval.<env>] max_new_tokens (the environment's evaluation budget, which every evaluation "
+                           "of it reads)",
+    "check_max_new_tokens": "[eval.<env>] max_new_tokens (the environment's evaluation budget, which every "
+                            "evaluation of it reads)",
 }
 
 
@@ -134,8 +139,7 @@ class SFTSettings(TRLSettings):
     adapter: str | None = None  # continue training this LoRA adapter (rejection-sampling fine-tuning: SFT's)
     overlong: Literal["drop", "truncate"] = "drop"  # sequences over max_length: dropped, or truncated and counted
     merge: bool = False  # also save a 16-bit merged model
-    check_questions: int = 20  # held-out items of the evaluation's environment for the base-vs-adapter check
-    check_max_new_tokens: int = 128
+    check_questions: AtLeast0 = 20  # held-out items of the evaluation's environment for the base-vs-adapter check
     trl: dict = _trl("sft")
     moved: dict = _moved()
 
@@ -159,15 +163,19 @@ class GRPOSettings(TRLSettings):
     # prompt tokens the rows share read once, in every turn and in the loss (agentrl.train.shared_prefill): "auto" = on
     # a CPU with the transformers backend (measured there; Unsloth and vLLM compute these passes their own way)
     share_prompt_prefill: Literal["auto", "on", "off"] = "auto"
-    eval_every: int = 0  # steps between held-out agent evaluations (0 = only at the end)
-    eval_questions: int | None = None  # held-out items evaluated (the first of the env's heldout split; None: all)
-    eval_max_new_tokens: int = 256
+    eval_every: AtLeast0 = 0  # steps between held-out agent evaluations (0 = only at the end)
+    eval_questions: AtLeast0 | None = None  # held-out items evaluated (the first of the env's heldout split; None: all)
     envs: dict = field(default_factory=dict, metadata={"extra": EnvTables(training=True)})
+    # the environment's evaluation budget (turns, tokens per turn) its held-out evaluations and sampling run with: the
+    # preset's [eval.<env>] table's, set where the preset builds these settings (agentrl.app.presets); not a key here
+    budget: registry.Budget = field(default_factory=registry.Budget, metadata={"moved": (
+        "[eval.<env>] max_turns / max_new_tokens (the environment's evaluation budget, which every evaluation of it "
+        "reads)")})
     trl: dict = _trl("grpo")
     moved: dict = _moved()
 
     def __post_init__(self):
-        spec = registry.get(self.env)
+        spec = registry.checked(self.env)
         self.env = spec.name
         self.adapter = self.adapter or None
         self.rewards = dict(self.env_settings.rewards or spec.rewards)
@@ -272,7 +280,7 @@ def trl_args(settings: TRLSettings, derived: dict) -> Any:
     cls = config_class(getattr(trl, CONFIGS[kind]))
     try:
         return cls(agentrl=settings, **kwargs)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, ZeroDivisionError, AssertionError) as exc:  # TRL's own checks of its fields
         raise DataError(f"[{kind}]: TRL's {CONFIGS[kind]} refuses these settings: {exc}") from None
 
 

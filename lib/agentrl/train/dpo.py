@@ -16,7 +16,8 @@ import logging
 import time
 from pathlib import Path
 
-from agentrl.core.heldout import HeldOut, first_user_text
+from agentrl.core.chat import first_user_text
+from agentrl.core.heldout import HeldOut
 from agentrl.core.io import DataError, read_jsonl, write_json, write_jsonl
 from agentrl.core.manifest import write_manifest
 from agentrl.core.tracking import trackers
@@ -87,7 +88,7 @@ def run_dpo(settings: DPOSettings, heldout: HeldOut, *, runs: str | Path = "runs
     backend, counts, seconds). The pairs and TRL's config are checked before the model loads."""
     settings = bitsandbytes_fallback(settings)
     path = pairs_file(settings.data)
-    rows = heldout.drop(pair_rows(path), f"preference pairs of {path}", row=_pair_item)
+    rows = heldout.drop(pair_rows(path), f"preference pairs of {path}")  # prompt, chosen and rejected all read
     out = Path(runs) / "dpo" / settings.name
     prepare_backend(settings.model)
     args = trl_args(settings, derived_args(settings, out))

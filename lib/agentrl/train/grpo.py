@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 def build_task(settings: GRPOSettings, preset: dict | None = None):
     """Return the Task (environment, prompt, scoring) GRPO trains on: the environment built from its table."""
-    return registry.get(settings.env).build(settings.env_settings, preset or {})
+    return registry.build_task(registry.get(settings.env), settings.env_settings, preset or {})
 
 
 def reward_functions(settings: GRPOSettings) -> tuple[list, list[float]]:
@@ -175,15 +175,17 @@ def run_grpo(settings: GRPOSettings, heldout: HeldOut, preset: dict | None = Non
     evaluations so far; else an earlier run's checkpoints and evaluations are moved aside, or deleted when
     ``overwrite``), evaluate along the way and at the end (with the ``eval_run`` batch settings), save the adapter;
     return a GRPOResult. ``preset`` is the merged preset's tables (environments' defaults: the corpus); ``source``
-    what the manifest says of it. TRL's config is built before the model loads (its checks stop a bad run first)."""
+    what the manifest says of it. The held-out evaluations run with the environment's evaluation budget
+    (``settings.budget``: the preset's ``[eval.<env>]``). TRL's config is built before the model loads (its checks
+    stop a bad run first)."""
     settings = bitsandbytes_fallback(settings)
     out = Path(runs) / "grpo" / settings.name
     backend, _ = prepare_backend(settings.model)
     args = trl_args(settings, derived_args(settings, backend, out))
     held_out = heldout_rows(settings, preset)
     check_launch(len(held_out))
+    items = train_rows(settings, heldout, preset)  # the held-out gate, before the index or the model loads
     task = build_task(settings, preset)
-    items = train_rows(settings, heldout, preset)
     rows = training_rows(settings, task, items)
     loaded = load_for_training(settings.model, adapter=settings.adapter, seed=args.seed,
                                gradient_checkpointing=settings.gradient_checkpointing)
@@ -194,7 +196,8 @@ def run_grpo(settings: GRPOSettings, heldout: HeldOut, preset: dict | None = Non
     if checkpoint is None and main_process:
         (out / "evals.json").unlink(missing_ok=True)  # an earlier run's: a later --resume must not read it
     evals = resumed_evals(out, checkpoint)
-    evaluator = eval_callback(settings, task, preset, out, evals, held_out, eval_run)
+    eval_task = registry.within(task, settings.budget)
+    evaluator = eval_callback(settings, eval_task, preset, out, evals, held_out, eval_run)
     trainer = make_trainer(settings, args, loaded, task, rows, [evaluator, *callbacks])
     evaluator.trainer = trainer
     start = time.perf_counter()
@@ -205,13 +208,14 @@ def run_grpo(settings: GRPOSettings, heldout: HeldOut, preset: dict | None = Non
     metrics = {"backend": loaded.backend, "backend_reason": loaded.reason, "train_seconds": round(seconds, 1),
                "steps": trainer.state.global_step, "rewards": dict(settings.rewards), "reward_funcs": names,
                "train_rows": len(rows), "heldout_ids": [r["id"] for r in held_out],
+               "eval_budget": registry.budget_of(eval_task),
                "resumed_from": checkpoint.name if checkpoint else None,
                "trl": {k: _plain(getattr(trainer.args, k)) for k in settings.trl},  # as TRL holds them
                "lora_dropout": _lora_dropout(trainer.model),
                **summarize(trainer.state.log_history, names, list(settings.rewards))}
     # every rank takes part in the final evaluation; the main process knows whether the last step had one
     if main_decides(bool(held_out) and not (evals and evals[-1]["step"] == trainer.state.global_step)):
-        final = agent_eval(trainer.model, loaded.tokenizer, settings, task, preset, out / "eval",
+        final = agent_eval(trainer.model, loaded.tokenizer, settings, eval_task, preset, out / "eval",
                            trainer.state.global_step, held_out, trainer, eval_run)
         if final is not None:
             evals.append(final)

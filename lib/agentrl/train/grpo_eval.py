@@ -25,8 +25,8 @@ def agent_eval(model, tokenizer, settings, task, preset: dict | None, out: Path,
                      envs={settings.env: settings.env_settings})
 
     def one(share: list[dict], out_dir: Path, generator) -> dict:
-        policy = LocalPolicy(LocalConfig(model=str(settings.model.name), max_new_tokens=settings.eval_max_new_tokens),
-                             model=generator, tokenizer=tokenizer)
+        policy = LocalPolicy(LocalConfig(model=str(settings.model.name), max_new_tokens=task.max_new_tokens),
+                             model=generator, tokenizer=tokenizer)  # the environment's evaluation budget
         policy.model = f"grpo:{settings.name}@{step}"
         return run_eval(cfg, preset, overwrite=True, policy=policy, task=task, out_dir=out_dir, rows=share)
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from agentrl.core.config import Moved
 from agentrl.core.cpu_precision import unmeasured_line, use_bf16
 from agentrl.core.device import cuda_dtype, cuda_native_bf16
 from agentrl.core.io import DataError
+from agentrl.core.validate import AtLeast1, Moved, at_least, between
 from agentrl.rollout.local import load_tokenizer
 from agentrl.train.checkpoints import distributed_launch, fsdp, fsdp_activation_checkpointing
 from agentrl.train.gpu_plan import adapter_rank
@@ -41,10 +41,10 @@ class LoraSettings:
     None where the preset is silent: a fresh LoRA then takes :data:`FRESH` (r 16, alpha 32, every linear layer, no
     rsLoRA); continuing from an adapter, its own shape applies and a given one is an error."""
 
-    r: int | None = None
-    alpha: int | None = None
+    r: AtLeast1 | None = None
+    alpha: AtLeast1 | None = None
     # None: 0.05 for a fresh LoRA; continuing from an adapter, the adapter's own (a number replaces it: apply_dropout)
-    dropout: float | None = None
+    dropout: between(0, 1, high_open=True) | None = None
     target_modules: list[str] | None = None
     use_rslora: bool | None = None
 
@@ -77,12 +77,13 @@ class ModelConfig:
 
     name: str | None = None  # hub id or directory; None: the base model the adapter was trained on (base_model.txt)
     backend: Literal["auto", "unsloth", "transformers"] = "auto"
-    max_seq_length: int = 4096
+    max_seq_length: at_least(16) = 4096
     load_in_4bit: bool = False
-    dtype: str = "auto"  # auto = bf16 on a GPU with native bf16, fp16 on others (T4), fp32 on CPU
+    # auto = bf16 on a GPU with native bf16, fp16 on others (T4), fp32 on CPU
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     cpu_precision: Literal["auto", "bf16", "fp32"] = "auto"  # CPU training: bf16 autocast where measured faster
     fast_inference: bool = False  # Unsloth only: a colocated vLLM engine for GRPO generation
-    gpu_memory_utilization: float = 0.5  # share of GPU memory that vLLM may take (fast_inference)
+    gpu_memory_utilization: between(0, 1, low_open=True) = 0.5  # GPU memory share vLLM may take (fast_inference)
     lora: LoraSettings = field(default_factory=LoraSettings)
     moved: dict = field(default_factory=dict, metadata={"extra": Moved({
         "gradient_checkpointing": "gradient_checkpointing in the trainer's table ([sft] / [grpo] / [dpo]: TRL's "
@@ -101,6 +102,16 @@ def base_model(cfg: ModelConfig, adapter: str | None) -> str:
 
     raise DataError("no model: set [<phase>.model] name" + (f" (the adapter {adapter} has no base_model.txt)"
                                                              if adapter else ""))
+
+
+def require_model(name: str) -> None:
+    """Raise a DataError naming ``name`` when it is a local path (absolute, relative with a directory, ``~``) that
+    does not exist: a hub id is ``namespace/name``, and transformers would only fail later with a traceback."""
+    p = Path(name).expanduser()
+    local = name.startswith(("/", ".", "~")) or name.count("/") > 1 or name.startswith("runs/")
+    if local and not p.exists():
+        raise DataError(f"model {name}: no such directory (a hub model is namespace/name; `agentrl models prepare "
+                        "smollm2` and `agentrl tiny-model` build the offline ones)")
 
 
 @dataclass
@@ -262,6 +273,7 @@ def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | Non
     if Path(cfg.name).name == "tiny" and not Path(cfg.name).exists():  # the offline demo model: built on first use
 
         ensure_tiny_model(cfg.name)
+    require_model(cfg.name)
     if seed is not None:
         from transformers import set_seed
 

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrl.core.config import SettingError, to_dict
+from agentrl.core.config import to_dict
 from agentrl.core.heldout import HeldOut
 from agentrl.core.io import DataError, read_jsonl, write_json, write_jsonl
 from agentrl.core.manifest import write_manifest
 from agentrl.core.metrics import METRICS
+from agentrl.core.validate import AtLeast0, AtLeast1, Finite, Moved, Positive, SettingError, at_least, between
 from agentrl.envs import registry
 from agentrl.rollout.evaluate import EvalConfig, run_eval
 from agentrl.rollout.local import LocalConfig, LocalPolicy
@@ -42,26 +43,28 @@ class SampleSettings:
     is unset here (temperature, top_p, adapter) is GRPO's too."""
 
     name: str = "sample"
-    k: int = 4  # attempts per item
-    items: int | None = None  # the first N training items (None = all of GRPO's training rows)
-    temperature: float | None = None  # None = [grpo] temperature
-    top_p: float | None = None  # None = [grpo] top_p
+    k: at_least(2) = 4  # attempts per item: one attempt cannot tell easy from hard items
+    items: AtLeast1 | None = None  # the first N training items (None = all of GRPO's training rows)
+    temperature: Positive | None = None  # None = [grpo] temperature; greedy attempts would all be the same
+    top_p: between(0, 1, low_open=True) | None = None  # None = [grpo] top_p
     adapter: str | None = None  # None = [grpo] adapter ("none" = the base model)
-    max_new_tokens: int = 128  # per turn
-    batch: int = 16  # concurrent episodes = prompts per generate call
+    batch: AtLeast1 = 16  # concurrent episodes = prompts per generate call
     success_key: str | None = None  # a metric of the trajectory or a reward name (default: the env's success)
-    success_min: float = 1.0  # an attempt succeeds when its success_key >= success_min
-    seed: int = 0
+    success_min: Finite = 1.0  # an attempt succeeds when its success_key >= success_min
+    seed: AtLeast0 = 0
+    moved: dict = field(default_factory=dict, metadata={"extra": Moved({
+        "max_new_tokens": "[eval.<env>] max_new_tokens (the environment's evaluation budget; attempts take GRPO's "
+                          "turns and completion length)"})})
 
-    def __post_init__(self):
-        if self.k < 2:
-            raise SettingError("k", f"must be at least 2 (got {self.k}): one attempt cannot tell easy from hard items")
-        if self.items is not None and self.items < 1:
-            raise SettingError("items", f"must be a positive number of items (got {self.items})")
-        if self.temperature is not None and self.temperature <= 0:
-            raise SettingError("temperature", "must be > 0: greedy attempts would all be the same")
-        if self.batch < 1:
-            raise SettingError("batch", f"must be at least 1 (got {self.batch})")
+
+def check_success_key(settings: SampleSettings, env: str) -> str:
+    """Return the key an attempt's success is read from (``success_key``, else the environment's success metric); a
+    SettingError of ``success_key`` when ``env``'s episodes have no such metric and no reward has that name."""
+    key = settings.success_key or registry.get(env).success
+    if key not in success_keys(env):
+        raise SettingError("success_key", f"{key!r} is neither a metric of {env} episodes nor a reward (choose from "
+                                          f"{', '.join(success_keys(env))})")
+    return key
 
 
 def success_keys(env: str) -> list[str]:
@@ -100,13 +103,15 @@ def run_sample(settings: SampleSettings, grpo, heldout: HeldOut, preset: dict | 
                runs: str | Path = "runs", policy=None, source: dict | None = None) -> dict:
     """Run ``settings.k`` attempts on every training item of the GRPO run ``grpo`` (its settings); write the run
     directory; return its summary (counts, kept ids, seconds). ``policy`` replaces the local policy loaded from the
-    settings (a notebook's model). Everything is checked before the first attempt."""
+    settings (a notebook's model). An attempt's turn takes the environment's evaluation budget of tokens
+    (``grpo.budget``: the preset's ``[eval.<env>]``); its turns and completion length are GRPO's. Everything is checked
+    before the first attempt."""
     import torch
 
-    key = settings.success_key or registry.get(grpo.env).success
-    if key not in success_keys(grpo.env):
-        raise DataError(f"sample.success_key: {key!r} is neither a metric of {grpo.env} episodes nor a reward "
-                        f"(choose from {', '.join(success_keys(grpo.env))})")
+    try:
+        key = check_success_key(settings, grpo.env)
+    except SettingError as exc:
+        raise DataError(f"sample.success_key: {exc}") from None
     adapter = settings.adapter if settings.adapter is not None else grpo.adapter
     adapter = None if adapter in ("none", "") else adapter
     temperature = settings.temperature if settings.temperature is not None else grpo.temperature
@@ -115,12 +120,12 @@ def run_sample(settings: SampleSettings, grpo, heldout: HeldOut, preset: dict | 
     rows = train_rows(grpo, heldout, preset)
     rows = rows[:settings.items] if settings.items is not None else rows
     out = Path(runs) / "sample" / settings.name
-    task = build_task(grpo, preset)
+    task = registry.within(build_task(grpo, preset), grpo.budget)
     if grpo.max_tool_calling_iterations is not None:  # GRPO's tool rounds, then the answer
         task.max_turns = grpo.max_tool_calling_iterations + 1
     if policy is None:
         policy = LocalPolicy(LocalConfig(model=base_model(grpo.model, adapter), adapter=adapter,
-                                         max_new_tokens=settings.max_new_tokens, temperature=temperature,
+                                         max_new_tokens=task.max_new_tokens, temperature=temperature,
                                          top_p=settings.top_p or grpo.top_p, max_batch=settings.batch))
     cfg = EvalConfig(name=settings.name, env=grpo.env, policy="local", envs={grpo.env: grpo.env_settings},
                      run=RunConfig(concurrency=settings.batch, progress=False,
@@ -143,7 +148,7 @@ def run_sample(settings: SampleSettings, grpo, heldout: HeldOut, preset: dict | 
     write_json(out / "filtered.json", kept)
     write_manifest(out, phase="sample", config={**to_dict(settings), "env": grpo.env, "adapter": adapter,
                                                 "temperature": temperature, "success_key": key,
-                                                "max_turns": task.max_turns,
+                                                "max_turns": task.max_turns, "max_new_tokens": task.max_new_tokens,
                                                 "completion_budget": grpo.max_completion_length},
                    counts=counts, inputs={"model": str(grpo.model.name), "adapter": adapter},
                    extra={"heldout": heldout.describe(), "preset": source or {},

@@ -28,8 +28,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentrl.core.chat import first_user_text
 from agentrl.core.device import cuda_native_bf16
-from agentrl.core.heldout import HeldOut, first_user_text
+from agentrl.core.heldout import HeldOut
 from agentrl.core.io import DataError, iter_jsonl, write_json, write_jsonl
 from agentrl.core.manifest import write_manifest
 from agentrl.core.metrics import normalize_answer
@@ -169,7 +170,8 @@ def gated_rows(settings: SFTSettings, heldout: HeldOut) -> GatedRows:
     rows = heldout.drop(trl_rows(train_path), what)
     val_path = _data_file(settings.data, "validation")
     val_rows = trl_rows(val_path) if val_path.exists() and val_path.stat().st_size else []
-    return GatedRows(rows, [r for r in val_rows if not heldout.matches(r)], train_path, heldout.dropped[what])
+    val = [r for r in val_rows if not heldout.matches(r) and not heldout.near(r)]
+    return GatedRows(rows, val, train_path, heldout.dropped[what] + heldout.near_copies[what])
 
 
 def load_data(settings: SFTSettings, tokenizer, heldout: HeldOut, gated: GatedRows | None = None) -> SFTData:
@@ -325,9 +327,9 @@ def inference_check(model, tokenizer, settings: SFTSettings, check: EvalConfig, 
     task = build_task(cfg, preset)
     model.eval()
     name = base_model(settings.model, settings.adapter)
-    policy = LocalPolicy(LocalConfig(model=name, max_new_tokens=settings.check_max_new_tokens), model=model,
+    policy = LocalPolicy(LocalConfig(model=name, max_new_tokens=task.max_new_tokens), model=model,  # the env's budget
                          tokenizer=tokenizer)
-    results = {}
+    results = {"budget": registry.budget_of(task)}
     with model.disable_adapter():
         policy.model = "base:" + Path(name).name
         results["base"] = _check_metrics(run_eval(cfg, preset, overwrite=True, policy=policy, task=task,

@@ -25,8 +25,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from agentrl.core.config import Extra, SettingError, coerce, unknown
+from pydantic import Field
+
 from agentrl.core.io import DataError
+from agentrl.core.validate import Extra, SettingError, coerce, unknown
 
 CONFIGS = {"sft": "SFTConfig", "grpo": "GRPOConfig", "dpo": "DPOConfig"}
 FORMAT = 1  # of the cached description: bump when describe() changes
@@ -41,6 +43,60 @@ CHOICES = {
                           "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")},
     "sft": {},
 }
+
+
+# the ranges of TRL's numeric fields (TRL checks few of them, and those only when its config is built or in the
+# training step, after the model has loaded): checked with the preset, before anything loads. Every numeric field of
+# the installed TRL's configs has one (tests/test_settings_ranges.py holds this table against them).
+_COUNT, _COUNT0, _POS, _NONNEG = Field(ge=1), Field(ge=0), Field(gt=0), Field(ge=0)
+_UNIT, _PORT = Field(ge=0, le=1), Field(ge=1, le=65535)
+RANGES = {
+    "common": {
+        "per_device_train_batch_size": _COUNT, "per_device_eval_batch_size": _COUNT, "num_train_epochs": _POS,
+        "max_steps": Field(ge=-1), "learning_rate": _POS, "warmup_steps": _NONNEG, "weight_decay": _NONNEG,
+        "adam_beta1": Field(ge=0, lt=1), "adam_beta2": Field(ge=0, lt=1), "adam_epsilon": _POS,
+        "gradient_accumulation_steps": _COUNT, "max_grad_norm": _NONNEG, "label_smoothing_factor": _UNIT,
+        "neftune_noise_alpha": _NONNEG, "torch_empty_cache_steps": _COUNT, "logging_steps": _POS, "eval_steps": _POS,
+        "eval_delay": _NONNEG, "eval_accumulation_steps": _COUNT, "save_steps": _POS, "save_total_limit": _COUNT,
+        "seed": _COUNT0, "data_seed": _COUNT0, "dataloader_num_workers": _COUNT0, "dataloader_prefetch_factor": _COUNT,
+        "ddp_bucket_cap_mb": _COUNT, "ddp_timeout": _COUNT, "local_rank": Field(ge=-1), "router_aux_loss_coef": _NONNEG,
+        "dataset_num_proc": _COUNT, "max_length": _COUNT, "pad_to_multiple_of": _COUNT,
+        "ref_model_mixup_alpha": _UNIT, "ref_model_sync_steps": _COUNT,
+    },
+    "sft": {},
+    "grpo": {
+        "num_generations": Field(ge=2), "num_generations_eval": _COUNT, "max_completion_length": _COUNT,
+        "generation_batch_size": _COUNT, "steps_per_generation": _COUNT, "temperature": _POS,
+        "top_p": Field(gt=0, le=1), "top_k": _COUNT0, "min_p": _UNIT, "repetition_penalty": _POS,
+        "vllm_server_port": _PORT, "vllm_server_timeout": _POS, "vllm_group_port": _PORT,
+        "vllm_gpu_memory_utilization": Field(gt=0, le=1), "vllm_max_model_length": _COUNT,
+        "vllm_tensor_parallel_size": _COUNT, "beta": _NONNEG, "num_iterations": _COUNT, "epsilon": _POS,
+        "delta": _POS, "epsilon_high": _NONNEG, "sapo_temperature_neg": _POS, "sapo_temperature_pos": _POS,
+        "vespo_k_pos": _NONNEG, "vespo_lambda_pos": _NONNEG, "vespo_k_neg": _NONNEG, "vespo_lambda_neg": _NONNEG,
+        "top_entropy_quantile": _UNIT, "entropy_coef": _NONNEG, "entropy_coef_min": _NONNEG,
+        "entropy_coef_max": _NONNEG, "entropy_coef_delta": _NONNEG, "entropy_target": Field(allow_inf_nan=False),
+        "max_tool_calling_iterations": _COUNT0, "vllm_importance_sampling_clip_max": _POS,
+        "vllm_importance_sampling_clip_min": _NONNEG, "off_policy_mask_threshold": _NONNEG,
+        "num_completions_to_print": _COUNT0, "vllm_importance_sampling_cap": _POS,
+    },
+    "dpo": {"precompute_ref_batch_size": _COUNT, "ld_alpha": _UNIT, "f_alpha_divergence_coef": _POS,
+            "label_smoothing": Field(ge=0, lt=0.5), "beta": _POS, "discopop_tau": _POS},
+}
+
+
+def field_range(kind: str, name: str) -> Any:
+    """Return the range (a pydantic ``Field``) of TRL's numeric field ``name``, None for a field without one."""
+    return RANGES[kind].get(name, RANGES["common"].get(name))
+
+
+def _ranged(tp: Any, rng: Any) -> Any:
+    """Return ``tp`` with the numbers it takes constrained to ``rng`` (``int | None`` -> ``Annotated[int, rng] |
+    None``)."""
+    if tp in (int, float):
+        return typing.Annotated[tp, rng]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_ranged(a, rng) for a in typing.get_args(tp))]  # noqa: UP007
+    return tp
 
 
 def _descriptor(tp: Any) -> Any:
@@ -160,9 +216,13 @@ def _load() -> dict:
 
 
 def field_type(kind: str, name: str) -> Any:
-    """Return the type a value of TRL's field ``name`` must have (with :data:`CHOICES` as a Literal)."""
+    """Return the type a value of TRL's field ``name`` must have (with :data:`CHOICES` as a Literal, and its range
+    from :data:`RANGES`)."""
     choices = CHOICES[kind].get(name)
     tp = _type(fields(kind)[name]["type"])
+    rng = field_range(kind, name)
+    if rng is not None:
+        tp = _ranged(tp, rng)
     if choices is None:
         return tp
     if typing.get_origin(tp) in (list, tuple) or (typing.get_origin(tp) in (typing.Union, types.UnionType) and any(
@@ -187,6 +247,10 @@ class TRLFields(Extra):
         """Return the TRL fields a preset may set."""
         return [n for n in fields(self.kind) if n not in self.owned]
 
+    def type_of(self, key: str) -> Any:
+        """Return the type of TRL's field ``key`` (None when TRL's config has no such field)."""
+        return field_type(self.kind, key) if key in fields(self.kind) else None
+
     def coerce(self, key: str, value: Any, path: str, at, table: dict | None = None) -> Any:
         """Return ``value`` checked as TRL's field ``key``; KeyError when TRL's config has no such field."""
         if key in self.owned:
@@ -197,9 +261,9 @@ class TRLFields(Extra):
             raise KeyError(key)
         try:
             return coerce(field_type(self.kind, key), value, path, at)
-        except SettingError as exc:
+        except SettingError as exc:  # its key is the value at fault (an item of a list: dpo.loss_type[1])
             where = at(path)
-            raise DataError(f"{where + ': ' if where else ''}{path}: {exc}") from None
+            raise DataError(f"{where + ': ' if where else ''}{exc.key}: {exc}") from None
 
 
 def check_names(kind: str, table: dict, path: str, at, own: list[str]) -> None:

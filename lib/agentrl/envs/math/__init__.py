@@ -7,6 +7,7 @@ import functools
 from dataclasses import dataclass
 
 from agentrl.core.config import data_file
+from agentrl.core.validate import AtLeast0, AtLeast1, ExistingFile
 from agentrl.envs import registry
 from agentrl.envs.math.env import MathEnv, load_gsm8k, math_score, oracle_plan
 from agentrl.envs.registry import Environment
@@ -29,11 +30,11 @@ PROMPTS = {
 class MathSettings(EnvSettings):
     """The math environment's settings ([eval.math], [grpo.math]): its two GSM8K-layout files and their splits."""
 
-    train_qa: str = TRAIN  # training problems (GSM8K layout)
-    qa: str = HELDOUT  # held-out problems (GSM8K layout): never trained on
-    train: int | None = None  # training problems, from the first (None: all)
-    validation: int = 0  # the last problems of ``qa``: hyperparameters are chosen on them, never reported
-    heldout: int | None = None  # the first N problems of ``qa`` (None: all but the validation ones)
+    train_qa: ExistingFile = TRAIN  # training problems (GSM8K layout)
+    qa: ExistingFile = HELDOUT  # held-out problems (GSM8K layout): never trained on
+    train: AtLeast1 | None = None  # training problems, from the first (None: all)
+    validation: AtLeast0 = 0  # the last problems of ``qa``: hyperparameters are chosen on them, never reported
+    heldout: AtLeast0 | None = None  # the first N problems of ``qa`` (None: all but the validation ones)
 
 
 def math_task(*, prompt: str | None = None, max_calls: int = MAX_CALLS, max_turns: int = 6):
@@ -78,4 +79,5 @@ ENVIRONMENT = Environment(
     name="math", summary="GSM8K word problems with a calculator tool, math-verify scoring", build=build, rows=rows,
     settings=MathSettings, env_class="agentrl.envs.math.env:MathEnv", score=score, prompts=PROMPTS,
     rewards={"math_correct": 1.0, "format": 0.1}, reward_metrics={"math_correct": "correct"},
-    metrics=("calculator_calls",), demo_items=8, folder=__name__)
+    metrics=("calculator_calls",), demo_items=8, folder=__name__,
+    max_new_tokens=384)  # step-by-step reasoning around a few calculator calls

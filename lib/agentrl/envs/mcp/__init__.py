@@ -10,6 +10,7 @@ from typing import Literal
 
 from agentrl.core.config import data_file
 from agentrl.core.io import DataError, read_jsonl
+from agentrl.core.validate import AtLeast0, AtLeast1, ExistingFile, Positive
 from agentrl.envs import registry
 from agentrl.envs.mcp.connection import Connection, Server, resolve_cwd
 from agentrl.envs.mcp.env import Sessions, env_class, identifier, mcp_score, oracle_plan
@@ -42,14 +43,14 @@ class MCPSettings(EnvSettings):
     allow: list[str] | None = None  # the tools offered to the model (None: every tool the server lists)
     deny: list[str] = field(default_factory=list)  # tools never offered
     session: Literal["episode", "shared"] = "episode"  # a server session per episode, or one for the whole run
-    call_timeout: float = 30.0  # seconds a tool call may take; past it the call is a tool error, the session replaced
-    startup_timeout: float = 60.0  # seconds the server may take to start and answer initialize
-    max_result_chars: int = 4000  # a tool result is cut here (the model reads how much was left out)
+    call_timeout: Positive = 30.0  # seconds a tool call may take; past it the call is a tool error, session replaced
+    startup_timeout: Positive = 60.0  # seconds the server may take to start and answer initialize
+    max_result_chars: AtLeast1 = 4000  # a tool result is cut here (the model reads how much was left out)
     non_text: Literal["placeholder", "refuse"] = "placeholder"  # image/audio/resource content: a stand-in or an error
-    tasks: str | None = None  # JSONL task file: id, question, golden_answers and/or final_check, optional plan
-    train: int | None = None  # training tasks, from the first (None: all but the validation and held-out ones)
-    validation: int = 0  # the tasks before the held-out ones: hyperparameters are chosen on them
-    heldout: int = 0  # the last tasks of the file: evaluation only, never trained on
+    tasks: ExistingFile | None = None  # JSONL task file: id, question, golden_answers and/or final_check, plan
+    train: AtLeast1 | None = None  # training tasks, from the first (None: all but the validation and held-out ones)
+    validation: AtLeast0 = 0  # the tasks before the held-out ones: hyperparameters are chosen on them
+    heldout: AtLeast0 | None = None  # the last tasks of the file, evaluation only (None: a fifth, at least one)
 
 
 def server_of(settings: MCPSettings) -> Server:
@@ -148,11 +149,19 @@ def rows(split: str, settings: MCPSettings, preset: dict | None = None, source: 
                         "[grpo.mcp], or pass --qa")
     found = load_tasks(path)
     n = len(found)
-    held = min(max(0, settings.heldout), n)
+    held = min(heldout_size(settings, n), n)
     val = min(max(0, settings.validation), n - held)
     cut = {"heldout": (n - held, n), "validation": (n - held - val, n - held), "all": (0, n),
            "train": (0, n - held - val if settings.train is None else min(settings.train, n - held - val))}[split]
     return found[cut[0]:cut[1]]
+
+
+def heldout_size(settings: MCPSettings, n: int) -> int:
+    """Return how many of ``n`` tasks are held out: ``heldout``, else a fifth of them (at least one when there are
+    two or more: a task file always keeps tasks to report on that no training path reads)."""
+    if settings.heldout is not None:
+        return settings.heldout
+    return max(1, n // 5) if n >= 2 else 0
 
 
 def score(prediction, row, env) -> dict:
@@ -164,4 +173,4 @@ ENVIRONMENT = Environment(
     name="mcp", summary="any MCP server's tools (stdio or streamable HTTP), tasks from a JSONL file", build=build,
     rows=rows, settings=MCPSettings, env_class="agentrl.envs.mcp.env:MCPEnv", score=score, prompts=PROMPTS,
     rewards={"answer_f1": 1.0, "format": 0.1}, reward_metrics={"mcp_success": "success"}, success="success",
-    metrics=("f1", "tool_errors"), eval_split="all", folder=__name__)
+    metrics=("f1", "tool_errors"), folder=__name__)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agentrl.core.validate import AtLeast0, NonNegative
 from agentrl.envs.mixed.env import mixed_score, mixed_task, mixture_split
 from agentrl.envs.registry import Environment, EnvTables
 from agentrl.envs.task import EnvSettings
@@ -24,11 +25,11 @@ class MixedSettings(EnvSettings):
     """The mixture's settings ([grpo.mixed]): its members and proportions, how many rows each split draws, and each
     member's own settings as a table named after it (``[grpo.mixed.search] top_k = 2``)."""
 
-    mixture: dict[str, float] = field(default_factory=dict)  # member -> proportion, e.g. {math = 0.5, code = 0.5}
-    train: int = 32  # training rows drawn from the members' train rows in those proportions
-    validation: int = 0  # validation rows drawn from the members' validation rows
-    heldout: int = 20  # held-out rows drawn from the members' heldout rows
-    seed: int = 42  # the shuffle of the drawn rows
+    mixture: dict[str, NonNegative] = field(default_factory=dict)  # member -> proportion, e.g. {math = 0.5, code = 0.5}
+    train: AtLeast0 = 32  # training rows drawn from the members' train rows in those proportions
+    validation: AtLeast0 = 0  # validation rows drawn from the members' validation rows
+    heldout: AtLeast0 = 20  # held-out rows drawn from the members' heldout rows
+    seed: AtLeast0 = 42  # the shuffle of the drawn rows
     envs: dict = field(default_factory=dict, metadata={"extra": EnvTables(training=False)})  # members' settings
 
 
@@ -53,4 +54,4 @@ ENVIRONMENT = Environment(
     name="mixed", summary="several environments in one GRPO run, each row in its own family's environment",
     build=build, rows=rows, score=score, settings=MixedSettings, prompts=PROMPTS,
     rewards={"task_success": 1.0, "format": 0.1}, env_class="agentrl.envs.mixed.env:MixedEnv", evaluable=False,
-    families=lambda settings: tuple(settings.mixture), folder=__name__)
+    families=lambda settings: tuple(settings.mixture), folder=__name__, max_new_tokens=512)

@@ -87,7 +87,7 @@ class MixedBase:
 @functools.cache
 def _default_task(family: str):
     spec = registry.get(family)
-    return spec.build(spec.settings(), {})
+    return registry.build_task(spec, spec.settings(), {})
 
 
 @functools.cache
@@ -184,7 +184,7 @@ def mixed_task(settings, preset: dict | None = None):
 
     @functools.cache
     def build(family: str):
-        return registry.get(family).build(member_settings(settings, family), preset or {})
+        return registry.build_task(registry.get(family), member_settings(settings, family), preset or {})
 
     for family in mixture:
         build(family)
@@ -198,7 +198,9 @@ def mixed_task(settings, preset: dict | None = None):
     notes = "".join(registry.get(f).mixture_note for f in mixture)
     system = registry.prompt(spec, settings.prompt) + notes
     families = routable(tuple(mixture))
-    turns = settings.max_turns or max(build(f).max_turns for f in mixture) if mixture else spec.max_turns
+    # the members' largest budget, unless the mixture's settings give one (agentrl.envs.registry.build_task)
+    turns = max(build(f).max_turns for f in mixture) if mixture else spec.max_turns
+    tokens = max(build(f).max_new_tokens for f in mixture) if mixture else spec.max_new_tokens
     return Task(name=spec.name, make_env=functools.partial(mixed_env_class(families), build), system_prompt=system,
-                oracle_plan=plan, score=mixed_score, families=tuple(mixture), max_turns=turns,
+                oracle_plan=plan, score=mixed_score, families=tuple(mixture), max_turns=turns, max_new_tokens=tokens,
                 config={"families": list(families), "given": sorted(mixture)})

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agentrl.core.io import DataError
-from agentrl.data.corpus import load_qa
+from agentrl.core.validate import AtLeast0, AtLeast1, file_or
+from agentrl.data.corpus import DEFAULT_QA, load_qa
 from agentrl.envs.registry import Environment
 from agentrl.envs.search.env import backend_for, search_score, search_task
 from agentrl.envs.task import EnvSettings
@@ -42,26 +43,27 @@ class SearchSettings(EnvSettings):
     """The search environment's settings ([eval.search], [grpo.search]): the QA file and its splits, the retriever
     and what a search returns."""
 
-    qa: str | None = None  # the QA file (FlashRAG layout); default the preset's [corpus] qa
-    train: int | None = None  # training questions, from the first (None: every one before validation and heldout)
-    validation: int = 0  # the questions right before the held-out ones: hyperparameters are chosen on them
-    heldout: int = 50  # the last questions of the file: what runs report on, never trained on
-    top_k: int = 3  # passages per search
+    qa: file_or("hf:") | None = None  # the QA file (FlashRAG layout); default the preset's [corpus] qa
+    train: AtLeast1 | None = None  # training questions, from the first (None: every one before validation and heldout)
+    validation: AtLeast0 = 0  # the questions right before the held-out ones: hyperparameters are chosen on them
+    heldout: AtLeast0 = 50  # the last questions of the file: what runs report on, never trained on
+    top_k: AtLeast1 = 3  # passages per search
     search_method: Literal["bm25", "dense", "hybrid"] | None = None  # default: the index's
     raw_chunks: bool = False  # raw chunks instead of the top_k distinct documents
-    passage_chars: int | None = None  # cut each passage to this many characters
-    max_query_chars: int | None = None  # longer queries are a tool error; default 2,000
+    passage_chars: AtLeast1 | None = None  # cut each passage to this many characters
+    max_query_chars: AtLeast1 | None = None  # longer queries are a tool error; default 2,000
     index: str | None = None  # index directory; default the preset's phase-00 index
     mcp_url: str | None = None  # a remote MCP retrieval server instead of a local index
 
 
 def qa_file(settings: SearchSettings, preset: dict | None, source: str | None = None) -> str:
     """Return the QA file the search rows come from: ``source``, else the settings' ``qa``, else the preset's
-    ``[corpus] qa``."""
-    qa = source or settings.qa or (preset or {}).get("corpus", {}).get("qa")
+    ``[corpus] qa`` (its default, the bundled HotpotQA sample, when the preset has no such key)."""
+    corpus = (preset or {}).get("corpus") or {}
+    qa = source or settings.qa or corpus.get("qa", DEFAULT_QA)
     if not qa:
-        raise DataError("the search environment has no QA file: set qa in [eval.search] / [grpo.search] (or the "
-                        "preset's [corpus] qa), or pass --qa")
+        raise DataError("the search environment has no QA file: the preset's [corpus] qa is \"\" (its corpus comes "
+                        "from corpus_file); set qa in its [eval.search] / [grpo.search] table")
     return qa
 
 

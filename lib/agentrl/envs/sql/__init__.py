@@ -9,6 +9,7 @@ from typing import Literal
 
 from agentrl.core.config import data_file
 from agentrl.core.io import DataError
+from agentrl.core.validate import AtLeast0, AtLeast1, Fraction, file_or
 from agentrl.envs import registry
 from agentrl.envs.registry import Environment
 from agentrl.envs.sql import mariadb, mariadb_server
@@ -48,15 +49,16 @@ class SQLSettings(EnvSettings):
     """The SQL environment's settings ([eval.sql], [grpo.sql]): where its tasks come from, its splits, the database
     backend and the scoring."""
 
-    train_qa: str = SYNTHETIC  # training tasks: generated tables (agentrl.envs.sql.synthetic); DB Bench is refused
-    qa: str = DBBENCH_DEV  # held-out tasks: a DB Bench-layout file (AgentBench DB Bench dev)
+    # training tasks: generated tables (agentrl.envs.sql.synthetic); DB Bench is refused
+    train_qa: file_or(SYNTHETIC) = SYNTHETIC
+    qa: file_or(SYNTHETIC) = DBBENCH_DEV  # held-out tasks: a DB Bench-layout file (AgentBench DB Bench dev)
     # train_qa = "synthetic": the generator's seed; another seed draws 20 other tables (ids syn<seed>_...), e.g. for
     # GRPO on tasks the SFT demonstrations (seed 0) never showed
-    synthetic_seed: int = 0
-    train: int | None = None  # training tasks, from the first (None: all but the validation ones)
-    validation: int = 0  # the last training tasks: hyperparameters are chosen on them, never trained on
-    heldout: int | None = None  # the first N tasks of ``qa`` (None: all of them)
-    partial_credit: float = 0.1  # exec score when statements ran but the result/final table is wrong
+    synthetic_seed: AtLeast0 = 0
+    train: AtLeast1 | None = None  # training tasks, from the first (None: all but the validation ones)
+    validation: AtLeast0 = 0  # the last training tasks: hyperparameters are chosen on them, never trained on
+    heldout: AtLeast0 | None = None  # the first N tasks of ``qa`` (None: all of them)
+    partial_credit: Fraction = 0.1  # exec score when statements ran but the result/final table is wrong
     jaccard: bool = False  # Jaccard overlap of rows as partial credit when larger than the above
     scoring: Literal["agentbench", "lenient"] = "agentbench"  # the headline em: AgentBench's rules or normalised values
     backend: Literal["sqlite", "mariadb"] = "sqlite"  # per-episode SQLite databases or a private MariaDB server
@@ -120,6 +122,12 @@ def rows(split: str, settings: SQLSettings, preset: dict | None = None, source: 
     return found if settings.train is None else found[:settings.train]
 
 
+def question_only(row: dict) -> str:
+    """Return a task's question without the table's note after it (the note names the table and its headers, which
+    every task on the table repeats): what the held-out gate's near-copy check compares."""
+    return row["question"].split("\n", 1)[0]
+
+
 def score(prediction, row, env) -> dict:
     """Return the SQL metrics of an episode (agentrl.envs.sql.env.sql_score)."""
     return sql_score(prediction, row, env)
@@ -131,7 +139,7 @@ ENVIRONMENT = Environment(
     prompts=PROMPTS,
     rewards={"sql_execution": 1.0, "format": 0.1}, reward_metrics={"sql_execution": "exec", "sql_answer": "em",
                                                           "sql_overlap": "overlap"},
-    metrics=("exec",), demo_items=12, folder=__name__,
+    metrics=("exec",), demo_items=12, folder=__name__, near_text=question_only,
     metrics_note="`acc`/`em`/`f1` are the headline: AgentBench's verdict on the `<answer>` (SELECT) or on the final "
                  "table (INSERT/UPDATE/DELETE). `result_match` asks something else: whether a SELECT the agent ran "
                  "returned exactly the label values from the task's table (SELECT tasks only: write tasks are 0 "

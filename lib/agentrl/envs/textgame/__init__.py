@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from agentrl.core.config import data_file
 from agentrl.core.io import read_jsonl
+from agentrl.core.validate import AtLeast0
 from agentrl.envs import registry
 from agentrl.envs.registry import Environment
 from agentrl.envs.task import EnvSettings, Task
@@ -30,10 +31,10 @@ class TextGameSettings(EnvSettings):
     """The text game's settings ([eval.textgame], [grpo.textgame]): how many games each split generates (train-fold
     seeds for training, test-fold seeds for validation, dev-fold seeds held out)."""
 
-    train: int = 20  # training games (train-fold seeds train_from..)
-    train_from: int = 0  # first training seed: GRPO on games an SFT run's demonstrations (seeds 0..) never showed
-    validation: int = 0  # validation games (test-fold seeds 0..)
-    heldout: int = 20  # held-out games (dev-fold seeds 0..)
+    train: AtLeast0 = 20  # training games (train-fold seeds train_from..)
+    train_from: AtLeast0 = 0  # first training seed: GRPO on games an SFT run's demonstrations (seeds 0..) never showed
+    validation: AtLeast0 = 0  # validation games (test-fold seeds 0..)
+    heldout: AtLeast0 = 20  # held-out games (dev-fold seeds 0..)
 
 
 def textgame_task(*, prompt: str | None = None, max_steps: int = MAX_STEPS, max_turns: int = 20):
@@ -77,4 +78,6 @@ ENVIRONMENT = Environment(
     name="textgame", summary="household text games (TextWorldExpress, JVM) with an act tool", build=build,
     env_class="agentrl.envs.textgame.env:TextGameEnv", rows=rows, score=score, settings=TextGameSettings,
     prompts=PROMPTS, rewards={"game_score": 1.0, "format": 0.1}, reward_metrics={"game_score": "score"},
-    metrics=("score", "steps", "invalid_actions"), answer_scored=False, max_turns=20, demo_items=4, folder=__name__)
+    metrics=("score", "steps", "invalid_actions"), answer_scored=False, max_turns=20,
+    max_new_tokens=64, demo_items=4, folder=__name__,
+    near_copies=False)  # a game is its task and opening text; games of other folds share rooms, not objects
