@@ -240,7 +240,8 @@ def env_name(env: Any) -> str | None:
     env = active_env(env)
     name = getattr(env, "_agentrl_env", None)
     if name is None:
-        name = next((n for n in names() if isinstance(env, env_class(get(n)))), None)
+        # an environment registered for evaluation only has no class (env_class ""), so nothing is an instance of it
+        name = next((n for n in names() if get(n).env_class and isinstance(env, env_class(get(n)))), None)
     return name
 
 
