@@ -35,7 +35,7 @@ def _():
 
 @app.cell
 def _():
-    args = nb.cli_args()
+    args = nb.cli_args("00_corpus")
     preset, which = nb.choose_preset(args)
     rebuild = nb.arg(args, "rebuild", False)
     print(which.replace("**", ""))

@@ -38,8 +38,9 @@ def _():
 
 @app.cell
 def _():
-    args = nb.cli_args()
+    args = nb.cli_args("01_agent_eval")
     preset, which = nb.choose_preset(args)
+    preset = nb.with_flags(preset, nb.eval_flags(args, preset))  # checked before the form shows them
     defaults = preset.eval()
     env = nb.env_dropdown(args, default=defaults.env)
     policy = mo.ui.dropdown(["oracle", "endpoint", "local"], value=nb.arg(args, "policy", defaults.policy),

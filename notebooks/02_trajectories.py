@@ -37,7 +37,7 @@ def _():
 
 @app.cell
 def _():
-    args = nb.cli_args()
+    args = nb.cli_args("02_trajectories")
     preset, which = nb.choose_preset(args)
     # --env NAME (a registered environment, or path/to/my_env.py) preselects the environment whose runs are shown
     env_pick = nb.env_dropdown(args)

@@ -39,7 +39,7 @@ def _():
 
 @app.cell
 def _():
-    model_pick = nb.model_dropdown(nb.cli_args())
+    model_pick = nb.model_dropdown(nb.cli_args("03_sft"))
     model_pick
     return (model_pick,)
 
@@ -52,13 +52,13 @@ def _(model_pick):
 
     from agentrl.train.models import choose_backend
 
-    args = nb.cli_args()
+    args = nb.cli_args("03_sft")
     preset, which = nb.choose_preset(args)
     # --max_steps / --name on the command line and the model picked: a layer under the form's (the preset otherwise)
     model_name = nb.prepared_model(model_pick.value)
     cli = {**{k: nb.arg(args, k, None) for k in ("max_steps", "name") if k in args},
            **({"model": {"name": model_name}} if model_name else {})}
-    preset = preset.with_layer({"sft": cli}, "the notebook's command line") if cli else preset
+    preset = nb.with_flags(preset, {"sft": cli} if cli else {}, "the notebook's command line")
     defaults = preset.sft()
     backend, reason = choose_backend(defaults.model.backend)
     print(which.replace("**", ""), f"backend {backend} ({reason})")

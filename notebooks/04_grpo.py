@@ -39,7 +39,7 @@ def _():
 
 @app.cell
 def _():
-    args = nb.cli_args()
+    args = nb.cli_args("04_grpo")
     preset, which = nb.choose_preset(args)
     # --env search|sql|textgame|math|code|mixed preselects the task family (mixed: the preset's mixture)
     env_pick = nb.env_dropdown(args, nb.env_choices(evaluable=None), default=preset.grpo().env)
@@ -76,7 +76,7 @@ def _(args, env_pick, model_pick, preset):
     _model = nb.prepared_model(model_pick.value)
     cli = {**{k: nb.arg(args, k, None) for k in ("max_steps", "name") if k in args}, "env": env_pick.value,
            **({"model": {"name": _model}} if _model else {})}
-    picked = preset.with_layer({"grpo": cli}, "the notebook's pickers")
+    picked = nb.with_flags(preset, {"grpo": cli}, "the notebook's command line and pickers")
     defaults = picked.grpo()
     hp = hparams.form("grpo", defaults)
     mo.vstack([mo.md("### Hyperparameters\nDefaults from the preset's `[grpo]` table; what you change here is "

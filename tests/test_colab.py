@@ -589,3 +589,18 @@ def test_every_documented_vllm_serve_command_has_tool_calls_a_bounded_context_an
         assert "--max-model-len" in words, (path, command)
         if "--enable-lora" in words:
             assert words[words.index("--max-lora-rank") + 1] == "64", (path, command)
+
+
+def test_the_devcontainer_installs_the_gpu_stack_the_way_the_notebooks_do():
+    """The container's GPU path is the notebooks' setup (the pinned stack for the driver), not an unpinned install;
+    it carries what the environments need beyond uv (Java for the text game, Node for the npm MCP servers)."""
+    import json
+    import re
+
+    text = (ROOT / ".devcontainer" / "devcontainer.json").read_text()
+    assert "python -m agentrl.colab setup" in text and not re.search(r"pip install[^\n]*(unsloth|vllm)", text)
+    config = json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))
+    features = config["features"]
+    assert features["ghcr.io/devcontainers/features/java:1"]["version"] == "17"
+    assert features["ghcr.io/devcontainers/features/node:1"]["version"] == "20"
+    assert config["postCreateCommand"] == "uv sync"

@@ -248,3 +248,88 @@ def test_jupytext_brings_an_outside_ipynb_into_marimo(tmp_path):
     assert check.returncode == 0, check.stdout + check.stderr
     run = subprocess.run([sys.executable, str(converted)], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "2.0" in run.stdout, run.stderr
+
+
+def _headless(notebook: str, args: list[str], work: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "notebooks" / f"{notebook}.py"), "--", *args],
+                          env={**os.environ, "AGENTRL_WORKDIR": str(work), "HF_HUB_OFFLINE": "1"},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(("notebook", "args", "message"), [
+    ("03_sft", ["--config", "demo", "--max-step", "3"], "notebook 03_sft takes no --max-step (from its command line)"),
+    ("05_preference", ["--config", "demo", "--resume"], "notebook 05_preference takes no --resume"),
+    ("00_corpus", ["--config", "demo", "--rebuild", "yes please"], "notebook 00_corpus: --rebuild takes no value"),
+    ("03_sft", ["--config", "demo", "--max-steps=-3"], "sft.max_steps: must be at least -1, got -3"),
+    ("01_agent_eval", ["--config", "demo", "--temperature", "5"], "eval.endpoint.temperature: must be at most 2"),
+])
+def test_a_headless_notebook_refuses_a_flag_it_does_not_take_and_checks_the_ones_it_does(notebook, args, message,
+                                                                                       tmp_path):
+    work = _gpu_workdir(tmp_path)
+    proc = _headless(notebook, args, work, timeout=300)
+    assert proc.returncode != 0 and message in proc.stderr, (proc.returncode, proc.stderr[-2000:])
+    assert not (work / "runs").exists()  # refused before any work
+
+
+def test_flags_reach_a_notebook_as_their_kinds_from_its_command_line_or_the_jupyter_variable(monkeypatch, capsys):
+    from agentrl.app import notebook as nb
+
+    monkeypatch.setenv("AGENTRL_NB_ARGS", "--config demo --resume --max-steps 3 --limit 40")
+    assert nb.cli_args("03_sft") == {"config": "demo", "resume": True, "max_steps": 3}
+    assert "--limit in AGENTRL_NB_ARGS is for notebook 01_agent_eval; not used here" in capsys.readouterr().out
+    monkeypatch.setenv("AGENTRL_NB_ARGS", "--config demo --overwrite false --set sft.max_steps=2")
+    assert nb.cli_args("04_grpo") == {"config": "demo", "overwrite": False, "set": ["sft.max_steps=2"]}
+    monkeypatch.setenv("AGENTRL_NB_ARGS", "--frobnicate 1")
+    with pytest.raises(SystemExit) as exc:
+        nb.cli_args("02_trajectories")
+    assert exc.value.code == 2 and "takes no --frobnicate (from AGENTRL_NB_ARGS)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_headless_sft_notebook_honours_max_steps_resume_and_overwrite(tmp_path, tiny_model):
+    """`--max-steps` trains that many steps; `--resume` (a bare flag) continues from the checkpoint; `--overwrite`
+    deletes the earlier run's checkpoints instead of moving them aside."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "configs").symlink_to(ROOT / "configs")
+    (work / "data").symlink_to(ROOT / "data")
+    (work / "runs" / "models").mkdir(parents=True)
+    (work / "runs" / "models" / "tiny").symlink_to(tiny_model)
+    common = ["--config", "demo", "--name", "nb", "--set", "sft.save_steps=1", "--set", "sft.check_questions=0"]
+    first = _headless("03_sft", [*common, "--max-steps", "2"], work)
+    assert first.returncode == 0, first.stderr[-3000:]
+    metrics = json.loads((work / "runs" / "sft" / "nb" / "metrics.json").read_text())
+    assert metrics["steps"] == 2 and metrics["resumed_from"] is None
+    again = _headless("03_sft", [*common, "--max-steps", "3", "--resume"], work)
+    assert again.returncode == 0, again.stderr[-3000:]
+    metrics = json.loads((work / "runs" / "sft" / "nb" / "metrics.json").read_text())
+    assert metrics["steps"] == 3 and metrics["resumed_from"] == "checkpoint-2"
+    fresh = _headless("03_sft", [*common, "--max-steps", "1", "--overwrite"], work)
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert not list((work / "runs" / "sft" / "nb" / "trainer").glob("earlier-*"))  # deleted, not moved aside
+
+
+@pytest.mark.parametrize("preset", ["colab_qwen3_4b", "gpu_qwen2_5_7b"])
+def test_the_preference_notebook_under_a_gpu_preset_checks_its_tables_and_stops_before_work_without_the_adapter(
+        preset, tmp_path):
+    """Notebook 05 headless on a fresh runtime with a GPU preset: its [sample], [dpo] and [rft] settings pass their
+    checks, then it stops saying which notebook trains the SFT adapter it starts from; nothing is sampled."""
+    work = _gpu_workdir(tmp_path)
+    proc = _headless("05_preference", ["--config", preset], work, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "run notebook 03 (03_sft) with the same preset first" in proc.stdout, proc.stdout[-2000:]
+    assert not (work / "runs" / "sample").exists()
+
+
+def test_the_preference_notebook_with_a_preset_lacking_dpo_stops_before_it_builds_anything(tmp_path):
+    """A preset without [dpo] / [rft] (a user's own, here demo's tables but those two): one line naming them, before
+    the corpus, index or SFT adapter that a CPU preset would otherwise build first."""
+    work = _gpu_workdir(tmp_path)
+    mine = work / "mine.toml"
+    text = (ROOT / "configs" / "demo.toml").read_text()
+    mine.write_text(text.split("\n[dpo]", 1)[0] + "\n")  # demo's [dpo] and [rft] are its last tables
+    assert "[grpo]" in mine.read_text() and "[rft]" not in mine.read_text()
+    proc = _headless("05_preference", ["--config", str(mine)], work, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "has no [dpo] / [rft] table" in proc.stdout
+    assert not (work / "runs").exists()

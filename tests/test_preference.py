@@ -354,3 +354,26 @@ def test_dpo_without_an_adapter_trains_a_fresh_lora_on_the_base_model(sample_run
     run = tmp_path / "dpo" / "fresh"
     assert (run / "adapter" / "adapter_config.json").is_file()
     assert (run / "adapter" / "base_model.txt").read_text().strip() == str(tiny_model)
+
+
+def test_an_oracle_reference_makes_pairs_wherever_the_model_fails_whatever_it_samples(small_index, tiny_model,
+                                                                                       endpoint_url, tmp_path):
+    """sample.reference = "oracle" (the demo's): each item's demonstration is recorded beside the model's attempts
+    and is the chosen side of the pairs of the attempts that failed; the successes stay the model's own."""
+    from agentrl.rollout.endpoint import EndpointConfig, EndpointPolicy
+
+    preset = load(None, form={**preference_preset(small_index, tiny_model).data,
+                              "sample": {"name": "ref", "k": 2, "items": 4, "batch": 8, "success_key": "f1",
+                                         "success_min": 0.8, "reference": "oracle"}})
+    failing = EndpointPolicy(EndpointConfig(base_url=endpoint_url, model="scripted", api_key="sk-test"))
+    result = run_sample(preset.sample(), preset.grpo(), preset.heldout, preset.data, runs=tmp_path, policy=failing)
+    outcomes = read_jsonl(result["out"] / "outcomes.jsonl")
+    assert all(o["reference"] for o in outcomes) and result["counts"]["kept"] == 0  # the filter: the model's own
+    failed = [o["id"] for o in outcomes if not all(o["success"])]
+    counts = export_pairs(result["out"], HeldOut())
+    rows = read_jsonl(result["out"] / "pairs" / "train.jsonl")
+    assert counts["pairs"] == len(rows) >= len(failed) > 0 and {r["id"] for r in rows} == set(failed)
+    assert all("search" in json.dumps(r["chosen"]) for r in rows)  # the demonstration searches first
+    if not any(any(o["success"]) for o in outcomes):
+        with pytest.raises(DataError, match="no successful attempt"):
+            export_successes(result["out"], HeldOut())

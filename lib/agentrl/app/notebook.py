@@ -11,6 +11,7 @@ import dataclasses
 import inspect
 import os
 import shlex
+import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -34,17 +35,84 @@ from agentrl.train.sft import run_sft
 from agentrl.train.smol import ensure_model
 from agentrl.train.tiny import ensure_tiny_model
 
+# each notebook's flags besides --config and --set, with the kind of value each takes (bool: a bare flag), as
+# `python notebooks/<nb>.py -- --flag value` or AGENTRL_NB_ARGS pass them; the values reach the preset's check as
+# layers of its merge (a form, --max-steps as [sft] max_steps, ...) where they are settings
+FLAGS: dict[str, dict[str, type]] = {
+    "00_corpus": {"rebuild": bool},
+    "01_agent_eval": {"env": str, "policy": str, "base_url": str, "model": str, "temperature": float,
+                      "max_new_tokens": int, "extra_body": str, "limit": int, "name": str, "split": str},
+    "02_trajectories": {"env": str, "runs": str},
+    "03_sft": {"model": str, "max_steps": int, "name": str, "resume": bool, "overwrite": bool},
+    "04_grpo": {"env": str, "model": str, "max_steps": int, "name": str, "resume": bool, "overwrite": bool},
+    "05_preference": {"max_steps": int},
+}
+COMMON_FLAGS = {"config": str, "set": str}
 
-def cli_args() -> dict:
-    """Return the notebook's arguments: ``python nb.py -- --name x`` under marimo; in Jupyter (no command line)
-    the ``AGENTRL_NB_ARGS`` environment variable (same ``--key value`` syntax); else {}."""
+
+def cli_args(notebook: str) -> dict:
+    """Return the arguments of ``notebook`` (a key of :data:`FLAGS`): ``python nb.py -- --max-steps 3 --resume``
+    under marimo; in Jupyter (no command line) the ``AGENTRL_NB_ARGS`` environment variable (same syntax, shared by
+    every notebook of the session); else {}. Keys are the flags with ``_`` for ``-``, a bare flag is True, and a
+    value has its flag's kind. A flag the notebook does not take stops it (exit 2) naming the ones it takes; one in
+    AGENTRL_NB_ARGS that another notebook takes is left to it, with one line."""
     try:
         import marimo as mo
 
-        args = dict(mo.cli_args())
+        given = {k: v for k, v in dict(mo.cli_args()).items() if k}  # marimo also reports the bare "--" as ""
+        where = "its command line"
     except Exception:  # Jupyter / exported scripts: no marimo context
-        args = {}
-    return collect_sets(args or parse_args(os.environ.get("AGENTRL_NB_ARGS", "")))
+        given = {}
+    if not given:
+        given, where = parse_args(os.environ.get("AGENTRL_NB_ARGS", "")), "AGENTRL_NB_ARGS"
+    args = collect_sets({k.replace("-", "_"): v for k, v in given.items()})
+    known = {**COMMON_FLAGS, **FLAGS[notebook]}
+    out = {}
+    for key, value in args.items():
+        if key not in known:
+            takers = [nb for nb, flags in FLAGS.items() if key in flags]
+            if takers and where == "AGENTRL_NB_ARGS":
+                print(f"notebook {notebook}: --{key.replace('_', '-')} in AGENTRL_NB_ARGS is for notebook "
+                      f"{', '.join(takers)}; not used here")
+                continue
+            _refuse(f"notebook {notebook} takes no --{key.replace('_', '-')} (from {where}); its flags: "
+                    + ", ".join(f"--{k.replace('_', '-')}" for k in known))
+        out[key] = value if key == "set" else _flag_value(notebook, key, value, known[key])
+    return out
+
+
+def _flag_value(notebook: str, key: str, value, kind: type):
+    flag = f"--{key.replace('_', '-')}"
+    if kind is bool:
+        if value in ("", True, "true", "True", 1, "1", "yes"):
+            return True
+        if value in (False, "false", "False", 0, "0", "no"):
+            return False
+        _refuse(f"notebook {notebook}: {flag} takes no value (got {value!r})")
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        _refuse(f"notebook {notebook}: {flag} expects {kind.__name__}, got {value!r}")
+
+
+def _refuse(message: str):
+    """Stop the notebook on bad input: with ``message`` on stderr and exit status 2 when it runs as a script (as the
+    CLI's bad input), as a stopped cell saying why where a person is looking (marimo edit, Jupyter)."""
+    print(f"error: {message}", file=sys.stderr)
+    if interactive():
+        stop(f"error: {message}")
+    raise SystemExit(2)
+
+
+def with_flags(preset: Preset, layer: dict, where: str = "the notebook's flags") -> Preset:
+    """Return ``preset`` with the notebook's flags as one more layer of its merge (``{"sft": {"max_steps": 3}}``),
+    checked as the CLI's flags are: a value outside its range stops the notebook (exit 2) naming it."""
+    if not layer:
+        return preset
+    try:
+        return preset.with_layer(layer, where)
+    except DataError as exc:
+        _refuse(str(exc))
 
 
 def collect_sets(args: dict) -> dict:
@@ -127,7 +195,10 @@ def choose_preset(args: dict, default: str = "demo") -> tuple[Preset, str]:
     gpus = query_gpus()
     card = gpus[0].card if gpus else None
     name = args.get("config") or (GPU_PRESETS[card] if card else default)
-    preset = load(name, set_values(args.get("set")), card=card)
+    try:
+        preset = load(name, set_values(args.get("set")), card=card)
+    except DataError as exc:  # a bad --config / --set: the CLI's exit 2, not a traceback
+        _refuse(str(exc))
     if card:
         why = "as asked (--config)" if args.get("config") else f"the GPU preset for a {card}"
         extra = f" with its [gpu.{card}] settings" if card in (preset.get("gpu") or {}) else ""
@@ -267,6 +338,23 @@ def curate_runs(preset: Preset, runs: list[str], out: Path) -> dict:
     gate = preset.gate(*runs)
     report = curate(runs, preset.curate(), out, gate, known=registry.names())
     return {"report": report, "counts": export(out, FORMATS, gate)}
+
+
+def eval_flags(args: dict, preset: Preset) -> dict:
+    """Return notebook 01's flags as a layer of the preset (``--temperature`` as ``[eval.endpoint] temperature``,
+    ``--max-new-tokens`` as the environment's budget, ...), so the one check sees them before the form does."""
+    endpoint = {k: args[k] for k in ("base_url", "model", "temperature") if k in args}
+    if "extra_body" in args:
+        endpoint["extra_body"] = json_value(str(args["extra_body"]))
+    table = {k: args[k] for k in ("env", "policy", "name", "split") if k in args}
+    if args.get("limit"):  # the form's 0: every row
+        table["limit"] = args["limit"]
+    if endpoint:
+        table["endpoint"] = endpoint
+    if "max_new_tokens" in args:
+        env = registry.get(args.get("env") or preset.eval().env).name
+        table[env] = {"max_new_tokens": args["max_new_tokens"]}
+    return {"eval": table} if table else {}
 
 
 def eval_tokens(preset: Preset, env: str) -> int:

@@ -4,7 +4,9 @@
   item: ``prompt`` is the messages both attempts share (system, user, and any identical earlier turns with their
   tool results, as context), ``chosen`` / ``rejected`` the first assistant turn where they differ, alone. Completions
   are therefore assistant turns only; no tool result is ever a completion token. ``tools`` is a JSON string (TRL's
-  DPOTrainer decodes it per row). Written to ``<sample>/pairs/train.jsonl``.
+  DPOTrainer decodes it per row). A run sampled with ``reference = "oracle"`` adds the oracle's demonstration of
+  each item as a success after the model's own: the chosen side where the model only failed. Written to
+  ``<sample>/pairs/train.jsonl``.
 - ``--successes``: the successful attempts (distinct conversations) as curated trajectories
   (``<sample>/successes/train.jsonl``) exported in the SFT formats (``successes/trl/train.jsonl``, ...), so
   ``agentrl sft --data <sample>/successes`` (or ``agentrl rft``) trains on them.
@@ -39,6 +41,12 @@ def attempts(sample_dir: str | Path, heldout: HeldOut) -> dict[str, list[tuple[d
             item = str(t["id"])
             if item in out:
                 out[item].append((t, bool(outcomes[item][j])))
+    references = {str(o["id"]): bool(o.get("reference")) for o in found}
+    if (sample_dir / "attempts" / "oracle" / "trajectories.jsonl").is_file():  # sample.reference = "oracle"
+        for t in read_jsonl(sample_dir / "attempts" / "oracle" / "trajectories.jsonl"):
+            item = str(t["id"])
+            if item in out and references.get(item):
+                out[item].append(({**t, "reference": True}, True))
     # the gate reads each attempt's messages (what the model read and wrote), not the outcome's id or question
     attempts_ = [(item, t, ok) for item, tried in out.items() for t, ok in tried]
     passed = heldout.keep(attempts_, f"sampled attempts of {sample_dir}", row=lambda a: a[1])
@@ -104,7 +112,7 @@ def export_successes(sample_dir: str | Path, heldout: HeldOut, formats=("trl",))
         seen = set()
         for t, ok in tried:
             key = json.dumps(to_template_messages(t["messages"]), sort_keys=True, default=str)
-            if ok and key not in seen:
+            if ok and key not in seen and not t.get("reference"):  # the model's own successes, not the oracle's
                 seen.add(key)
                 kept.append(t)
     if not kept:
@@ -113,5 +121,6 @@ def export_successes(sample_dir: str | Path, heldout: HeldOut, formats=("trl",))
     write_jsonl(out / "train.jsonl", kept)
     (out / "validation.jsonl").unlink(missing_ok=True)
     counts = export(out, formats, heldout)
-    return {"items": len(trajs), "items_with_success": sum(any(ok for _, ok in a) for a in trajs.values()),
+    return {"items": len(trajs),
+            "items_with_success": sum(any(ok and not t.get("reference") for t, ok in a) for a in trajs.values()),
             "rows": len(kept), "export": counts}

@@ -271,7 +271,6 @@ def load_for_training(cfg: ModelConfig, *, lora: bool = True, adapter: str | Non
     backend, reason = prepare_backend(cfg)
     log.info("training backend: %s (%s)", backend, reason)
     if Path(cfg.name).name == "tiny" and not Path(cfg.name).exists():  # the offline demo model: built on first use
-
         ensure_tiny_model(cfg.name)
     require_model(cfg.name)
     if seed is not None:

@@ -19,6 +19,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from agentrl.core.config import to_dict
 from agentrl.core.heldout import HeldOut
@@ -29,6 +30,7 @@ from agentrl.core.validate import AtLeast0, AtLeast1, Finite, Moved, Positive, S
 from agentrl.envs import registry
 from agentrl.rollout.evaluate import EvalConfig, run_eval
 from agentrl.rollout.local import LocalConfig, LocalPolicy
+from agentrl.rollout.oracle import OraclePolicy
 from agentrl.rollout.rewards import reward_registry
 from agentrl.rollout.runner import RunConfig
 from agentrl.train.grpo import build_task, train_rows
@@ -52,6 +54,11 @@ class SampleSettings:
     success_key: str | None = None  # a metric of the trajectory or a reward name (default: the env's success)
     success_min: Finite = 1.0  # an attempt succeeds when its success_key >= success_min
     seed: AtLeast0 = 0
+    # "oracle": each item's oracle demonstration (gold evidence through the real tools) is recorded beside the model's
+    # attempts and, where it succeeds, is the chosen side of the pairs of the attempts that failed: pairs exist
+    # whenever the model fails, whatever it happens to sample (the difficulty filter and the successes are the
+    # model's own)
+    reference: Literal["none", "oracle"] = "none"
     moved: dict = field(default_factory=dict, metadata={"extra": Moved({
         "max_new_tokens": "[eval.<env>] max_new_tokens (the environment's evaluation budget; attempts take GRPO's "
                           "turns and completion length)"})})
@@ -137,8 +144,16 @@ def run_sample(settings: SampleSettings, grpo, heldout: HeldOut, preset: dict | 
         run_eval(cfg, preset, overwrite=True, policy=policy, task=task, out_dir=out / "attempts" / f"a{j}", rows=rows)
         for t in read_jsonl(out / "attempts" / f"a{j}" / "trajectories.jsonl"):
             per_item[str(t["id"])].append(succeeded(t, key, settings.success_min))
+    reference: dict[str, bool] = {}
+    if settings.reference == "oracle":  # the environment's own turns: a demonstration is not cut at GRPO's rounds
+        oracle_task = registry.within(build_task(grpo, preset), grpo.budget)
+        run_eval(cfg, preset, overwrite=True, policy=OraclePolicy(oracle_task.oracle_plan), task=oracle_task,
+                 out_dir=out / "attempts" / "oracle", rows=rows)
+        for t in read_jsonl(out / "attempts" / "oracle" / "trajectories.jsonl"):
+            reference[str(t["id"])] = succeeded(t, key, settings.success_min)
     outcomes = [{"id": str(r["id"]), "question": r["question"], "success": per_item[str(r["id"])],
-                 "successes": sum(per_item[str(r["id"])])} for r in rows]
+                 "successes": sum(per_item[str(r["id"])]),
+                 **({"reference": reference.get(str(r["id"]), False)} if reference else {})} for r in rows]
     kept = [o["id"] for o in outcomes if 0 < o["successes"] < settings.k]
     counts = {"items": len(rows), "attempts": settings.k * len(rows), "kept": len(kept),
               "all_success": sum(o["successes"] == settings.k for o in outcomes),

@@ -25,6 +25,8 @@ so each instance serves one episode at a time and concurrent episodes are safe.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import shutil
 import threading
@@ -54,10 +56,12 @@ def require_java() -> None:
 
 
 class _Pool:
-    """Idle game instances of this process; a game is held by one environment at a time."""
+    """Idle game instances of this process; a game is held by one environment at a time. Every JVM the pool started
+    is shut down when the process exits (:meth:`close`, registered with atexit)."""
 
     def __init__(self):
         self._idle: list = []
+        self._started: list = []
         self._lock = threading.Lock()
 
     def take(self):
@@ -70,7 +74,22 @@ class _Pool:
 
         game = TextWorldExpressEnv(envStepLimit=STEP_LIMIT)
         game._agentrl_loaded = None
+        with self._lock:
+            if not self._started:
+                atexit.register(self.close)
+            self._started.append(game)
         return game
+
+    def close(self) -> None:
+        """Shut down every game's JVM gateway now, while the interpreter still runs threads: left to the games'
+        ``__del__`` at interpreter shutdown, py4j's callback server joins a thread that never ends on Python 3.13,
+        and the process hangs after its work is done (a command that opened a text game never exits)."""
+        with self._lock:
+            started, self._started, self._idle = self._started, [], []
+        for game in started:
+            with contextlib.suppress(Exception):  # a JVM that is already gone
+                game.close()
+            game.close = lambda: None  # its __del__ at shutdown: nothing left to shut
 
     def give_back(self, game) -> None:
         """Return ``game`` to the idle list."""
