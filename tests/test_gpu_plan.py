@@ -8,7 +8,7 @@ from agentrl.app.presets import load
 from agentrl.core.config import REPO_ROOT
 from agentrl.train.gpu_plan import ARCHS, CARDS, GIB, arch_for, card_for, plan_grpo, plan_sft, plans
 
-CPU_PRESETS = ("demo", "cpu_smol", "envs_demo")  # the tiny or the SmolLM2 model from runs/: no GPU plan
+CPU_PRESETS = ("demo", "cpu_smol", "envs_demo", "mcp_example")  # the tiny or the SmolLM2 model from runs/: no GPU plan
 GPU_PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml") if p.stem not in CPU_PRESETS)
 
 

@@ -105,7 +105,7 @@ def test_notebooks_gather_set_flags_as_marimo_and_the_environment_give_them():
     env = parse_args("--config demo --set grpo.max_steps=2 --set sft.max_steps=3")
     assert collect_sets(env)["set"] == ["grpo.max_steps=2", "sft.max_steps=3"]
     assert collect_sets({"set": "grpo.max_steps=2"})["set"] == ["grpo.max_steps=2"]
-    assert isinstance(cli_args(), dict)
+    assert isinstance(cli_args("03_sft"), dict)
 
 
 def test_settings_builders_and_the_notebooks_form_refuse_unknown_keys():

@@ -6,7 +6,7 @@ from agentrl.app.presets import load
 from agentrl.core.config import REPO_ROOT
 
 PRESETS = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.toml"))
-CPU_PRESETS = ("demo", "cpu_smol", "envs_demo")  # the tiny or the SmolLM2 model from runs/, stock TRL settings
+CPU_PRESETS = ("demo", "cpu_smol", "envs_demo", "mcp_example")  # models from runs/, stock TRL settings
 
 
 def _value(v):
