@@ -2,7 +2,11 @@
 greedy generation (the model in bf16), SmolLM2-135M-Instruct, one run, ratios printed.
 
     uv run agentrl models prepare smollm2
-    uv run python benchmarks/cpu_precision.py            # ~3 min on 2 cores -> runs/precision/cpu.json
+    uv run python benchmarks/cpu_precision.py            # under 3 min on 2 cores -> runs/precision/cpu.json
+
+Each kind of work is first timed on a small probe (1 x 32 tokens); when one precision is clearly slower there
+(``--clear-ratio``, 2x apart), the probe's figures decide and the full measurement is skipped: on a CPU without
+AVX512-BF16 a full bf16 training step took 357-636 s (0.033x of fp32), and the whole run 48 minutes before the probe.
 
 The result is cached in ``runs/precision/cpu.json``; CPU training (``model.cpu_precision = "auto"``) and CPU
 generation use bf16 only where it says bf16 is at least 5% faster (agentrl.core.cpu_precision). Without the
@@ -36,6 +40,21 @@ def interleaved(fns: dict, reps: int) -> dict:
     return {name: round(statistics.median(v), 3) for name, v in times.items()}
 
 
+def probe(fns: dict, clear_ratio: float) -> dict | None:
+    """Return ``{name: seconds}`` of one call of each function after a warm-up call each when the slower is at
+    least ``clear_ratio`` times the faster (the decision is clear), else None (measure in full)."""
+    for fn in fns.values():  # warm-up: one-time kernel set-up is not the precision's cost
+        fn()
+    times = {}
+    for name, fn in fns.items():
+        t = time.perf_counter()
+        fn()
+        times[name] = round(time.perf_counter() - t, 3)
+    slow, fast = max(times.values()), max(min(times.values()), 1e-6)
+    print(f"  probe: {', '.join(f'{k} {v:.2f} s' for k, v in times.items())} ({slow / fast:.1f}x apart)", flush=True)
+    return times if slow / fast >= clear_ratio else None
+
+
 def train_step(model, ids, bf16: bool) -> None:
     """One forward+backward of a causal-LM loss on ``ids`` (bf16 autocast when ``bf16``), gradients cleared."""
     import torch
@@ -65,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gen-prompt", type=int, default=300)
     p.add_argument("--gen-new", type=int, default=32)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--probe-tokens", type=int, default=32, help="tokens of the probe that may decide at once")
+    p.add_argument("--clear-ratio", type=float, default=2.0,
+                   help="on the probe, this far apart decides without the full measurement (>= 1)")
     p.add_argument("--out", default="runs/precision/cpu.json")
     args = p.parse_args(argv)
     os.chdir(ROOT)
@@ -93,19 +115,34 @@ def main(argv: list[str] | None = None) -> int:
            "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0],
            "train": f"{args.train_batch} x {args.train_tokens} tokens forward+backward",
            "generate": f"{args.gen_batch} x ({args.gen_prompt} + {args.gen_new}) tokens greedy"}
+    if args.clear_ratio < 1:
+        p.error("--clear-ratio must be at least 1")
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
     model.train()
-    timed = interleaved({"train_fp32_s": lambda: train_step(model, train_ids, False),
-                         "train_bf16_s": lambda: train_step(model, train_ids, True)}, args.reps)
+    small = train_ids[:1, :args.probe_tokens]
+    timed = probe({"train_fp32_s": lambda: train_step(model, small, False),
+                   "train_bf16_s": lambda: train_step(model, small, True)}, args.clear_ratio)
+    if timed is not None:
+        res["train"] = f"1 x {small.shape[1]} tokens forward+backward (probe: {args.clear_ratio:g}x apart or more)"
+    else:
+        timed = interleaved({"train_fp32_s": lambda: train_step(model, train_ids, False),
+                             "train_bf16_s": lambda: train_step(model, train_ids, True)}, args.reps)
+    res.update(timed)
     model.eval()
     half = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.bfloat16).eval()
-    timed.update(interleaved({"generate_fp32_s": lambda: generate(model, gen_ids, args.gen_new),
-                              "generate_bf16_s": lambda: generate(half, gen_ids, args.gen_new)}, args.reps))
+    prompt, new = gen_ids[:1, :args.probe_tokens], min(4, args.gen_new)
+    timed = probe({"generate_fp32_s": lambda: generate(model, prompt, new),
+                   "generate_bf16_s": lambda: generate(half, prompt, new)}, args.clear_ratio)
+    if timed is not None:
+        res["generate"] = f"1 x ({prompt.shape[1]} + {new}) tokens greedy (probe: {args.clear_ratio:g}x apart or more)"
+    else:
+        timed = interleaved({"generate_fp32_s": lambda: generate(model, gen_ids, args.gen_new),
+                             "generate_bf16_s": lambda: generate(half, gen_ids, args.gen_new)}, args.reps)
     res.update(timed)
     res["train_bf16_speedup"] = round(res["train_fp32_s"] / res["train_bf16_s"], 3)
     res["generate_bf16_speedup"] = round(res["generate_fp32_s"] / res["generate_bf16_s"], 3)
-    train_tok = args.train_batch * args.train_tokens
-    gen_tok = args.gen_batch * args.gen_new
+    train_tok = args.train_batch * args.train_tokens if "probe" not in res["train"] else small.numel()
+    gen_tok = args.gen_batch * args.gen_new if "probe" not in res["generate"] else new
     print(f"{res['model']} on {res['cpu']} ({res['threads']} threads, bf16 {'yes' if res['cpu_has_bf16'] else 'no'}, "
           f"load {res['load_avg']:.1f})")
     print("| work | fp32 s | bf16 s | bf16 speed-up | fp32 tokens/s | bf16 tokens/s |\n|---|---|---|---|---|---|")
