@@ -31,7 +31,7 @@ def main() -> None:
 
     @server.tool()
     def read_note(key: str) -> str:
-        """Read the note stored under a key."""
+        """Read the note stored under a key 🔍 (a non-BMP character: tokenizers must see it whole)."""
         if key not in notes:
             raise ToolError(f"no note under {key!r} (keys: {', '.join(sorted(notes))})")
         return notes[key]

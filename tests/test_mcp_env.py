@@ -58,7 +58,7 @@ def test_a_servers_tools_are_methods_with_the_schemas_types_and_calls_go_out_und
     text, kind = call(env, "read_note", key="missing")
     assert kind == "tool_error" and "no note under 'missing'" in text  # the server's isError answer
     assert call(env, "read_note", key=3)[1] == "tool_error"  # a wrong type: the server refuses, the episode goes on
-    assert SPEC.score("Paris", {}, env)["em"] == 1.0 and env.tool_errors == 2
+    assert SPEC.score("Paris", {}, env)["em"] == 1.0 and env._tool_errors == 2
     env._close()
     assert "Notes are short texts" in task.system_prompt  # the server's instructions
 

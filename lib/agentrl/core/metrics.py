@@ -116,8 +116,9 @@ def math_equal(prediction: str | None, gold: str) -> bool:
 def aggregate(records: Iterable[dict], by: Sequence[str] = ("type", "level")) -> dict:
     """Return mean metrics over trajectory records, overall and broken down by metadata fields.
 
-    Records carry ``metrics`` (dict) and ``metadata``; errored records count as zeros in the means and are
-    also counted separately.
+    Records carry ``metrics`` (dict) and ``metadata``; a metric's mean is over the records that carry it (an MCP
+    task without a final-state check has no ``state``, a mixture's math episode no ``sql_exec``) and the errored
+    records, which count as zeros and are also counted separately.
     """
     records = list(records)
     keys = sorted({k for r in records for k, v in (r.get("metrics") or {}).items() if isinstance(v, int | float)})
@@ -164,5 +165,9 @@ def tool_call_quality(records: Iterable[dict]) -> dict[str, float]:
 def _means(records: list[dict], keys: list[str]) -> dict[str, float]:
     if not records:
         return {}
-    return {k: round(sum(float((r.get("metrics") or {}).get(k) or 0.0) for r in records) / len(records), 4)
-            for k in keys}
+    out = {}
+    for k in keys:
+        rows = [r for r in records if r.get("error") or k in (r.get("metrics") or {})]
+        if rows:
+            out[k] = round(sum(float((r.get("metrics") or {}).get(k) or 0.0) for r in rows) / len(rows), 4)
+    return out

@@ -24,10 +24,17 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from agentrl.core.io import DataError
+
 RESERVED = ("reset", "get_reward")
 # the kinds of failed tool calls: the call itself was malformed (the model's format) ...
 FORMAT_ERRORS = frozenset({"invalid_tool_call", "unknown_tool", "invalid_arguments"})
 # ... or the tool ran and refused (tool_error) or crashed (tool_exception)
+
+
+class EnvironmentDown(DataError):
+    """The environment cannot serve another episode (a server that failed to start several times in a row): not a
+    tool message for the model but the end of the run, exit 2 with this message (evaluation, GRPO's next reset)."""
 
 
 class ToolError(Exception):
@@ -48,11 +55,21 @@ def _tool_names(cls: type) -> tuple[str, ...]:
     return tuple(names)
 
 
-@functools.cache
-def _schemas(cls: type) -> tuple[str, ...]:
+def schema_of(fn: Callable) -> dict:
+    """Return the tool definition of ``fn`` (``{"type": "function", "function": {...}}``): the one it carries in
+    ``__tool_schema__`` (an MCP server's own schema, which type hints cannot say in full), else
+    ``transformers.utils.get_json_schema``'s."""
+    carried = getattr(fn, "__tool_schema__", None)
+    if carried is not None:
+        return json.loads(json.dumps(carried))
     from transformers.utils import get_json_schema
 
-    return tuple(json.dumps(get_json_schema(getattr(cls, name))) for name in sorted(_tool_names(cls)))
+    return get_json_schema(fn)
+
+
+@functools.cache
+def _schemas(cls: type) -> tuple[str, ...]:
+    return tuple(json.dumps(schema_of(getattr(cls, name))) for name in sorted(_tool_names(cls)))
 
 
 @functools.cache
@@ -130,6 +147,8 @@ async def call_tool(env: Any, name: str, raw_arguments: Any) -> tuple[str, str |
         return f"Error: invalid arguments for {name}: {exc}", "invalid_arguments"
     try:
         result = await fn(**args) if inspect.iscoroutinefunction(fn) else await _in_thread(env, fn, args)
+    except EnvironmentDown:  # nothing the model can do: the run stops
+        raise
     except ToolError as exc:  # a refusal: the tool chose the words
         return str(exc), "tool_error"
     except Exception as exc:  # the model reads the error and can try again

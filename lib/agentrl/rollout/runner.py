@@ -29,6 +29,7 @@ from agentrl.core.io import DataError, JsonlAppender, iter_jsonl, read_json, wri
 from agentrl.core.manifest import scrub, write_manifest
 from agentrl.core.metrics import aggregate, tool_call_quality
 from agentrl.core.validate import AtLeast1, Moved, Positive
+from agentrl.envs.base import EnvironmentDown
 from agentrl.rollout.agent import error_trajectory, run_episode
 from agentrl.rollout.endpoint import FatalEndpointError, MalformedReplyError
 
@@ -179,7 +180,7 @@ async def _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fin
                                                  budget=cfg.completion_budget)
                     if annotate is not None:
                         await annotate(traj)
-                except FatalEndpointError as exc:  # a wrong key or model (policy or judge): stop the run
+                except (FatalEndpointError, EnvironmentDown) as exc:  # a wrong key or model, a dead server: stop
                     fatal.append(exc)
                     return
                 except Exception as exc:
@@ -204,6 +205,8 @@ async def _run_locked(policy, task, rows, out_dir, path, cfg, done, secrets, fin
             if hasattr(policy, "aclose"):
                 await policy.aclose()  # its connection pool belongs to this event loop
     progress.close()
+    if fatal and isinstance(fatal[0], EnvironmentDown):
+        raise DataError(f"the environment stopped the run: {scrub(str(fatal[0]), secrets)}")
     if fatal:
         raise DataError(f"the endpoint refused the run: {scrub(str(fatal[0]), secrets)}")
     if unwritable:

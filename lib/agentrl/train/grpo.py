@@ -42,7 +42,7 @@ from agentrl.train.models import (
 )
 from agentrl.train.progress import attach_progress
 from agentrl.train.rank_eval import check_launch, main_decides
-from agentrl.train.trainers import make_grpo_trainer
+from agentrl.train.trainers import close_environments, make_grpo_trainer
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,10 @@ def run_grpo(settings: GRPOSettings, heldout: HeldOut, preset: dict | None = Non
     trainer = make_trainer(settings, args, loaded, task, rows, [evaluator, *callbacks])
     evaluator.trainer = trainer
     start = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    try:
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    finally:
+        close_environments(trainer)  # TRL never closes what environment_factory made (an MCP server, a database)
     seconds = time.perf_counter() - start
     main = trainer.is_world_process_zero()
     names = trainer.reward_func_names

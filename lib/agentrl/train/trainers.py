@@ -40,6 +40,7 @@ import math
 import os
 
 from agentrl.envs import registry
+from agentrl.envs.base import schema_of
 from agentrl.rollout.rewards import episode_metrics
 from agentrl.train.lora_merge import merge_cost, mergeable, merged_for_generation
 from agentrl.train.shared_prefill import (
@@ -294,6 +295,27 @@ def grpo_trainer_class(base: type) -> type:
                                                                "__doc__": AgentGRPOTrainer.__doc__})
 
 
+def close_environments(trainer) -> int:
+    """Close every environment the trainer made through ``environment_factory`` (its ``_close``, where it has one:
+    an MCP server's process, a database) and return how many were closed; TRL keeps them for reuse and never
+    closes them."""
+    made = list(getattr(trainer, "environments", None) or [])
+    for pool in (getattr(trainer, "_environment_pool", None) or {}).values():
+        made += list(pool)
+    closed, seen = 0, set()
+    for env in made:
+        close = getattr(env, "_close", None)
+        if close is None or id(env) in seen:
+            continue
+        seen.add(id(env))
+        try:
+            close()
+        except Exception as exc:  # one failed close must not leave the others open
+            log.warning("closing environment %s failed: %s", type(env).__name__, exc)
+        closed += 1
+    return closed
+
+
 def make_grpo_trainer(args, **kwargs):
     """Return agentrl's GRPO trainer for TRL config ``args`` (agentrl.train.configs.trl_args) and TRL's other
     GRPOTrainer arguments; says in one line when skipping equal groups cannot change this loss."""
@@ -303,4 +325,11 @@ def make_grpo_trainer(args, **kwargs):
     if args.agentrl.skip_equal_groups and args.loss_type not in MASKED_LOSSES:
         print(f"skip_equal_groups: not applied with loss_type {args.loss_type!r} (a per-sequence loss: equal-reward "
               "groups carry no gradient and masking them changes nothing)")
-    return grpo_trainer_class(GRPOTrainer)(args=args, **kwargs)
+    trainer = grpo_trainer_class(GRPOTrainer)(args=args, **kwargs)
+    # TRL renders an environment's tools with get_json_schema, from type hints that cannot say an MCP server's nested
+    # objects or array items: a method carrying its definition (__tool_schema__) is rendered from it, the definition
+    # evaluation and the SFT export use (TRL calls the tools through the environments, never through this list)
+    if getattr(trainer, "_env_tools", None):
+        trainer._env_tools = {name: [schema_of(t) if hasattr(t, "__tool_schema__") else t for t in tools]
+                              for name, tools in trainer._env_tools.items()}
+    return trainer

@@ -13,7 +13,7 @@ from agentrl.core.io import DataError, read_jsonl
 from agentrl.core.validate import AtLeast0, AtLeast1, ExistingFile, Positive
 from agentrl.envs import registry
 from agentrl.envs.mcp.connection import Connection, Server, resolve_cwd
-from agentrl.envs.mcp.env import Sessions, env_class, identifier, mcp_score, oracle_plan
+from agentrl.envs.mcp.env import Sessions, env_class, mcp_score, oracle_plan
 from agentrl.envs.registry import Environment
 from agentrl.envs.task import EnvSettings, Task
 
@@ -39,6 +39,7 @@ class MCPSettings(EnvSettings):
     env_from: dict[str, str] = field(default_factory=dict)  # server variable -> a variable of this process (secrets)
     cwd: str | None = None  # the server process's working directory
     url: str | None = None  # a streamable-HTTP server instead (e.g. http://127.0.0.1:8765/mcp)
+    url_from: str | None = None  # or a variable of this process holding the URL (one with a key in it)
     headers_from: dict[str, str] = field(default_factory=dict)  # HTTP header -> a variable of this process (tokens)
     allow: list[str] | None = None  # the tools offered to the model (None: every tool the server lists)
     deny: list[str] = field(default_factory=list)  # tools never offered
@@ -46,6 +47,7 @@ class MCPSettings(EnvSettings):
     call_timeout: Positive = 30.0  # seconds a tool call may take; past it the call is a tool error, session replaced
     startup_timeout: Positive = 60.0  # seconds the server may take to start and answer initialize
     max_result_chars: AtLeast1 = 4000  # a tool result is cut here (the model reads how much was left out)
+    max_description_chars: AtLeast1 = 2000  # a tool's or an argument's description is cut here (one line says so)
     non_text: Literal["placeholder", "refuse"] = "placeholder"  # image/audio/resource content: a stand-in or an error
     tasks: ExistingFile | None = None  # JSONL task file: id, question, golden_answers and/or final_check, plan
     train: AtLeast1 | None = None  # training tasks, from the first (None: all but the validation and held-out ones)
@@ -55,12 +57,13 @@ class MCPSettings(EnvSettings):
 
 def server_of(settings: MCPSettings) -> Server:
     """Return the server the settings name (DataError unless exactly one of command and url is set)."""
-    if bool(settings.command) == bool(settings.url):
-        raise DataError("the mcp environment needs exactly one server: command = \"...\" (stdio, with args) or "
-                        "url = \"http://.../mcp\" (streamable HTTP) in [eval.mcp] / [grpo.mcp] (or --env-arg)")
+    if sum(map(bool, (settings.command, settings.url, settings.url_from))) != 1:
+        raise DataError("the mcp environment needs exactly one server: command = \"...\" (stdio, with args), "
+                        "url = \"http://.../mcp\" or url_from = \"VARIABLE\" (streamable HTTP) in [eval.mcp] / "
+                        "[grpo.mcp] (or --env-arg)")
     return Server(command=settings.command, args=tuple(settings.args), env=dict(settings.env),
                   env_from=dict(settings.env_from), cwd=resolve_cwd(settings.cwd), url=settings.url,
-                  headers_from=dict(settings.headers_from))
+                  headers_from=dict(settings.headers_from), url_from=settings.url_from)
 
 
 def offered(tools: list, settings: MCPSettings, where: str) -> list:
@@ -87,6 +90,8 @@ def _listed(server: Server, startup_timeout: float, call_timeout: float) -> tupl
         connection = Connection(server, call_timeout=call_timeout, startup_timeout=startup_timeout).open()
         try:
             _LISTED[key] = tuple(connection.list_tools()), connection.instructions
+        except (TimeoutError, ConnectionError) as exc:  # a server that hangs or dies on tools/list: said, not traced
+            raise DataError(server.redact(f"MCP server {server.describe()}: {exc}")) from None
         finally:
             connection.close()
     return _LISTED[key]
@@ -101,7 +106,7 @@ def build(settings: MCPSettings, preset: dict | None = None):
     max_calls = MAX_CALLS if settings.max_tool_calls is None else settings.max_tool_calls
     sessions = Sessions(server, per_episode=settings.session == "episode", call_timeout=settings.call_timeout,
                         startup_timeout=settings.startup_timeout)
-    cls = env_class(kept)
+    cls = env_class(kept, max_description_chars=settings.max_description_chars)
     cls._sessions, cls._max_calls = sessions, max_calls
     cls._max_chars, cls._non_text = settings.max_result_chars, settings.non_text
     system = registry.prompt(ENVIRONMENT, settings.prompt or "mcp", max_calls=max_calls)
@@ -109,9 +114,10 @@ def build(settings: MCPSettings, preset: dict | None = None):
         system = f"{system}\n\n{instructions.strip()}"
     return Task(name=ENVIRONMENT.name, make_env=cls, system_prompt=system, oracle_plan=oracle_plan, score=mcp_score,
                 max_turns=settings.max_turns or ENVIRONMENT.max_turns,
-                config={"server": server.describe(), "tools": [identifier(t.name) for t in kept],
+                config={"server": server.describe(), "tools": sorted(n for n in vars(cls) if not n.startswith("_")),
                         "session": settings.session, "max_calls": max_calls, "call_timeout": settings.call_timeout,
-                        "max_result_chars": settings.max_result_chars, "non_text": settings.non_text})
+                        "max_result_chars": settings.max_result_chars,
+                        "max_description_chars": settings.max_description_chars, "non_text": settings.non_text})
 
 
 def load_tasks(path: str) -> list[dict]:

@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
+import signal
 import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from agentrl.core.io import DataError
 
@@ -37,10 +40,29 @@ class Server:
     cwd: str | None = None
     url: str | None = None
     headers_from: dict = field(default_factory=dict)
+    url_from: str | None = None
 
     def describe(self) -> str:
-        """Return the server as a user wrote it (command and args, or the URL), without secrets."""
-        return " ".join([self.command, *self.args]) if self.command else str(self.url)
+        """Return the server as a user wrote it (command and args, or the URL), without secrets: a URL read from
+        the environment is named by its variable, a URL's password and query values are left out."""
+        if self.command:
+            return " ".join([self.command, *self.args])
+        if self.url_from:
+            return f"[url from ${self.url_from}]"
+        return _public_url(str(self.url))
+
+    def secrets(self) -> dict[str, str]:
+        """Return ``{variable: value}`` for every variable of this process the server reads (``env_from``,
+        ``headers_from``, ``url_from``) that is set and not empty."""
+        names = [*self.env_from.values(), *self.headers_from.values(), *([self.url_from] if self.url_from else [])]
+        return {n: os.environ[n] for n in names if os.environ.get(n)}
+
+    def redact(self, text: str) -> str:
+        """Return ``text`` with every secret value (:meth:`secrets`, longest first) replaced by
+        ``[redacted:NAME]``."""
+        for name, value in sorted(self.secrets().items(), key=lambda kv: -len(kv[1])):
+            text = text.replace(value, f"[redacted:{name}]")
+        return text
 
     def _from_environment(self, mapping: dict, what: str) -> dict:
         missing = [var for var in mapping.values() if var not in os.environ]
@@ -49,14 +71,25 @@ class Server:
                             f"{', '.join(missing)}")
         return {key: os.environ[var] for key, var in mapping.items()}
 
-    def transport(self, errlog):
-        """Return the SDK's transport (an async context manager) for this server."""
-        if self.url:
+    def transport(self, errlog, http_errors: list | None = None):
+        """Return the SDK's transport (an async context manager) for this server; an HTTP answer of status 400 or
+        more is noted in ``http_errors`` (status, URL and the start of its body: the SDK keeps neither)."""
+        if self.url or self.url_from:
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client
 
             headers = self._from_environment(self.headers_from, "headers")
-            return streamable_http_client(self.url, http_client=create_mcp_http_client(headers=headers or None))
+            url = self._from_environment({"url": self.url_from}, "url")["url"] if self.url_from else self.url
+            client = create_mcp_http_client(headers=headers or None)
+            if http_errors is not None:
+                async def note(response):
+                    if response.status_code >= 400:
+                        body = " ".join((await response.aread())[:300].decode("utf-8", "replace").split())
+                        http_errors.append(f"HTTP {response.status_code} from {_public_url(str(response.url))}"
+                                           + (f": {body}" if body else ""))
+
+                client.event_hooks["response"] = [*client.event_hooks.get("response", []), note]
+            return streamable_http_client(url, http_client=client)
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         env = {**{k: str(v) for k, v in self.env.items()}, **self._from_environment(self.env_from, "env")}
@@ -78,6 +111,8 @@ class Connection:
         self._client = None
         self._stop: asyncio.Event | None = None
         self._held: asyncio.Future | None = None
+        self._group: int | None = None  # a stdio server's process group (its pid: the SDK starts a new session)
+        self._http_errors: list[str] = []
         # the server's stderr: quoted when it fails to start; closed (deleted) with the connection object
         self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
 
@@ -93,10 +128,16 @@ class Connection:
             self._client = ready.result(timeout=self.startup_timeout)
         except BaseException as exc:
             ready.cancel()
+            if self._held is not None:  # stop the start itself: close() would wait for it to finish
+                self._loop.call_soon_threadsafe(self._held.cancel)
+            if self.server.command:  # a server that hangs at start: its group goes now, not after the SDK's grace
+                self._group = self._group or server_pid(self._errlog)
+                self._kill_group()
             self.close()
             why = f"no answer within {self.startup_timeout:g} s" if isinstance(exc, TimeoutError) else \
-                f"{type(exc).__name__}: {exc}"
-            raise DataError(f"MCP server {self.server.describe()} did not start: {why}{self._stderr_tail()}") from None
+                failure(exc, self._http_errors)
+            raise DataError(self.server.redact(f"MCP server {self.server.describe()} did not start: "
+                                              f"{why}{self._stderr_tail()}")) from None
         self.instructions = getattr(self._client, "instructions", None)
         return self
 
@@ -111,7 +152,9 @@ class Connection:
         from mcp import Client
 
         try:
-            async with Client(self.server.transport(self._errlog)) as client:
+            async with Client(self.server.transport(self._errlog, self._http_errors)) as client:
+                if self.server.command:
+                    self._group = server_pid(self._errlog)
                 ready.set_result(client)
                 await self._stop.wait()
         except BaseException as exc:
@@ -140,6 +183,15 @@ class Connection:
         if not loop.is_running():
             loop.close()
         self._loop = self._thread = None
+        # the SDK kills the group only when the server outlives its grace period: a server that exits on EOF leaves
+        # its own children running, so the whole group goes, always
+        self._kill_group()
+
+    def _kill_group(self) -> None:
+        if self._group is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self._group, signal.SIGKILL)
+            self._group = None
 
     # ------------------------------------------------------------------ requests
 
@@ -193,6 +245,50 @@ def _tool_level_errors() -> tuple[type, ...]:
     from mcp.shared.exceptions import MCPError
 
     return (MCPError,)
+
+
+def failure(exc: BaseException, http_errors: list[str] = ()) -> str:
+    """Return what ended a start in words: the HTTP error answers noted, then each exception inside the SDK's
+    exception groups as ``Type: message`` (a connection refused, an unknown host, ...)."""
+    def leaves(e):
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                yield from leaves(inner)
+        else:
+            yield e
+
+    said = list(dict.fromkeys([*http_errors, *(f"{type(e).__name__}: {e}" for e in leaves(exc))]))
+    return "; ".join(said)
+
+
+def server_pid(errlog) -> int | None:
+    """Return the pid of this process's child whose stderr is the file ``errlog`` (the server the SDK started),
+    read from /proc; None where there is no /proc or no such child."""
+    try:
+        own = os.fstat(errlog.fileno())
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            if parent != os.getpid():
+                continue
+            err = os.stat(f"/proc/{entry}/fd/2")
+        except (OSError, ValueError, IndexError):
+            continue
+        if (err.st_dev, err.st_ino) == (own.st_dev, own.st_ino):
+            return int(entry)
+    return None
+
+
+def _public_url(url: str) -> str:
+    # a key in a URL (user:password@, ?key=...) is a secret too: the manifest and messages keep the rest
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1] if "@" in parts.netloc else parts.netloc
+    query = re.sub(r"=[^&]*", "=[redacted]", parts.query)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def resolve_cwd(cwd: str | None) -> str | None:

@@ -1,99 +1,199 @@
 """The MCP environment's episode: an environment class made from a server's ``tools/list``, one method per tool.
 
-:func:`env_class` writes each tool as a Python method with the input schema's arguments, types and descriptions
-(Google-style docstring), so ``transformers.utils.get_json_schema`` renders the same tool definition for the
-evaluation's agent loop, the SFT export and TRL's ``environment_factory`` (agentrl.envs.base's one rule). A tool or
-argument name that is not a Python identifier is written as one (``list-files`` -> ``list_files``) and the call goes
-out under the server's own name. Schema types map to ``str``, ``int``, ``float``, ``bool``, ``list`` and ``dict``;
-an argument the schema does not require defaults to None and is left out of the call.
+:func:`env_class` builds each tool as a function object (never Python source: no name or description a server
+sends can become code) whose signature has the input schema's top-level arguments, and which carries the tool
+definition the model sees (``__tool_schema__``): the server's ``inputSchema`` as it is (array items, nested objects,
+enums, required, descriptions), with the top-level argument names as the callable names. Evaluation, the SFT
+export and TRL's rendering all read that definition (agentrl.envs.base.schema_of; the GRPO trainer hands TRL the
+definitions instead of the methods).
+
+Names: the server's tools live apart from the environment's own attributes, which are all private (``_calls``,
+``_call``, ...), so a tool may be called anything. A tool or argument name becomes a public Python identifier
+(:func:`identifier`: ``list-files`` -> ``list_files``, ``_call`` -> ``call``, ``3d-render`` -> ``tool_3d_render``,
+``reset`` -> ``reset_``); the call goes out under the server's own name. Two names that become the same identifier
+are an error naming both (deny one). An argument the schema does not require defaults to None and is left out of
+the call.
 
 Each call is bounded (:class:`agentrl.envs.mcp.connection.Connection`); a result is its text content, cut at
 ``max_result_chars``; an image, audio or resource content becomes a short stand-in (``[image: image/png, 12,345
 bytes]``) or, with ``non_text = "refuse"``, a tool error. A server that answers ``isError``, crashes or hangs gives
 the model a tool error for that call; a crashed or hung server is replaced for the next episode, never the run.
+Every value read from this process's environment for the server (``env_from``, ``headers_from``, ``url_from``) is
+replaced by ``[redacted:NAME]`` in what the model reads (results, errors) before anything is recorded.
 """
 
 from __future__ import annotations
 
+import atexit
+import inspect
 import json
 import keyword
 import re
 import threading
-from typing import Any
+import weakref
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from agentrl.core.chat import Turn
 from agentrl.core.io import DataError
 from agentrl.core.metrics import answer_metrics, gold_list, normalize_answer
-from agentrl.envs.base import ToolError, row_metadata
+from agentrl.envs.base import EnvironmentDown, ToolError, row_metadata
 from agentrl.envs.mcp.connection import Connection, Server
 
-TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "array": "list", "object": "dict"}
+TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict}
+# names a tool or an argument cannot take: the environment's own (TRL calls them) and the receiver
+TAKEN = frozenset({"reset", "get_reward", "self"})
+DESCRIPTION_CHARS = 2000  # MCPSettings.max_description_chars' default
+FAILED_STARTS = 3  # a server that fails to start this many times in a row is gone for good: the run stops
 
 
-def identifier(name: str) -> str:
-    """Return ``name`` as a Python identifier (non-word characters -> ``_``; a keyword or a leading digit gets a
-    trailing / leading ``_``)."""
-    out = re.sub(r"\W", "_", name)
+def identifier(name: str, prefix: str = "tool") -> str:
+    """Return ``name`` as a public Python identifier: characters other than ASCII letters, digits and ``_`` become
+    ``_``, leading and trailing ``_`` go, a leading digit (or nothing left) gets ``prefix``, a keyword or a name the
+    environment takes (reset, get_reward, self) a trailing ``_``."""
+    out = re.sub(r"[^A-Za-z0-9_]", "_", str(name)).strip("_")
     if not out or out[0].isdigit():
-        out = f"_{out}" if out else "_"
-    return f"{out}_" if keyword.iskeyword(out) else out
+        out = f"{prefix}_{out}" if out else prefix
+    return f"{out}_" if keyword.iskeyword(out) or out in TAKEN else out
 
 
-def _type(schema: dict) -> str:
+def _kind(schema: dict) -> str | None:
     kind = schema.get("type")
     if isinstance(kind, list):  # ["string", "null"]: the first non-null
         kind = next((k for k in kind if k != "null"), "string")
     if kind is None and ("anyOf" in schema or "oneOf" in schema):
         options = [o.get("type") for o in schema.get("anyOf", schema.get("oneOf", [])) if isinstance(o, dict)]
-        kind = next((k for k in options if k and k != "null"), "string")
-    return TYPES.get(kind, "str")
+        kind = next((k for k in options if k and k != "null"), None)
+    return kind
+
+
+def type_hint(schema: Any) -> Any:
+    """Return the Python type for an argument's JSON schema (a boolean subschema, valid JSON Schema, is ``Any``):
+    an enum of plain values is a Literal, an array a ``list[items]``, an object a ``dict``."""
+    if not isinstance(schema, dict):
+        return Any
+    choices = schema.get("enum")
+    if isinstance(choices, list) and choices and all(isinstance(c, str | int | float | bool) for c in choices):
+        return Literal[tuple(choices)]
+    kind = _kind(schema)
+    if kind == "array":
+        items = schema.get("items")
+        return list[type_hint(items)] if isinstance(items, dict) and items else list
+    return TYPES.get(kind, Any) if kind else Any
+
+
+def capped(text: Any, limit: int) -> str:
+    """Return ``text`` (stripped) cut at ``limit`` characters with a note of how many were left out."""
+    text = str(text or "").strip()
+    return text if len(text) <= limit else f"{text[:limit]} [... {len(text) - limit:,} more characters cut]"
+
+
+def _capped_schema(schema: Any, limit: int) -> Any:
+    # every "description" inside an argument's schema, at any depth, cut at the same limit
+    if isinstance(schema, dict):
+        return {k: capped(v, limit) if k == "description" and isinstance(v, str) else _capped_schema(v, limit)
+                for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_capped_schema(v, limit) for v in schema]
+    return schema
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One server tool as the model sees it: ``name`` (the callable's), ``server_name``, ``arguments`` (callable
+    argument -> the server's, in the signature's order: required first), ``required``, the definition
+    ``schema`` (``{"type": "function", "function": {...}}``) and ``cut`` (whether a description was capped)."""
+
+    name: str
+    server_name: str
+    arguments: dict
+    required: frozenset
+    schema: dict
+    cut: bool
+
+
+def tool_spec(tool, max_description_chars: int = DESCRIPTION_CHARS) -> ToolSpec:
+    """Return the :class:`ToolSpec` of an MCP tool (``name``, ``description``, ``inputSchema``); DataError when two
+    of its argument names become the same identifier."""
+    schema = getattr(tool, "input_schema", None) or getattr(tool, "inputSchema", None) or {}
+    schema = schema if isinstance(schema, dict) else {}
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    required = {a for a in schema.get("required") or [] if a in props}
+    arguments: dict[str, str] = {}
+    for arg in sorted(props, key=lambda a: a not in required):  # required arguments first (Python's order rule)
+        py = identifier(arg, "arg")
+        if py in arguments:
+            raise DataError(f"MCP tool {tool.name!r}: its arguments {arguments[py]!r} and {arg!r} both become "
+                            f"{py!r}; deny the tool ([...mcp] deny = [{json.dumps(tool.name)}])")
+        arguments[py] = arg
+    limit = max_description_chars
+    description = capped(tool.description or tool.name, limit)
+    properties = {py: _capped_schema(props[arg] if isinstance(props[arg], dict) else {}, limit)
+                  for py, arg in arguments.items()}
+    cut = len(str(tool.description or "").strip()) > limit or json.dumps(properties) != json.dumps(
+        {py: props[arg] if isinstance(props[arg], dict) else {} for py, arg in arguments.items()})
+    parameters = {**{k: v for k, v in schema.items() if k not in ("properties", "required", "$schema")},
+                  "type": "object", "properties": properties}
+    if required:
+        parameters["required"] = [py for py, arg in arguments.items() if arg in required]
+    name = identifier(tool.name)
+    definition = {"type": "function", "function": {"name": name, "description": description,
+                                                   "parameters": parameters, "return": {"type": "string"}}}
+    return ToolSpec(name, tool.name, arguments, frozenset(py for py, a in arguments.items() if a in required),
+                    definition, cut)
+
+
+def tool_function(spec: ToolSpec):
+    """Return the method for ``spec``: a function object (no source is generated) whose signature, annotations and
+    Google-style docstring describe the tool, carrying the definition in ``__tool_schema__``; calling it sends the
+    given arguments under the server's names (None left out)."""
+    props = spec.schema["function"]["parameters"]["properties"]
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for py in spec.arguments:
+        hint = type_hint(props[py])
+        if py in spec.required:
+            params.append(inspect.Parameter(py, inspect.Parameter.KEYWORD_ONLY, annotation=hint))
+        else:
+            params.append(inspect.Parameter(py, inspect.Parameter.KEYWORD_ONLY, annotation=hint | None, default=None))
+    signature = inspect.Signature(params, return_annotation=str)
+    server_name, names = spec.server_name, dict(spec.arguments)
+
+    def tool(self, **arguments):
+        signature.bind(self, **arguments)  # a missing or unknown argument: Python's own TypeError
+        return self._call(server_name, {names[k]: v for k, v in arguments.items() if v is not None})
+
+    docs = [f"    {py}: {_line(props[py].get('description'), names[py])}" for py in spec.arguments]
+    tool.__name__ = tool.__qualname__ = spec.name
+    tool.__signature__ = signature
+    tool.__annotations__ = {p.name: p.annotation for p in params[1:]} | {"return": str}
+    tool.__doc__ = _line(spec.schema["function"]["description"], spec.name) + (
+        "\n\nArgs:\n" + "\n".join(docs) if docs else "")
+    tool.__tool_schema__ = spec.schema
+    return tool
 
 
 def _line(text: str | None, fallback: str) -> str:
     return " ".join((text or fallback).split())
 
 
-def method_source(tool) -> tuple[str, str, dict[str, str]]:
-    """Return ``(identifier, source, argument map)`` of the method for an MCP tool (``name``, ``description``,
-    ``input_schema``): the map takes each Python argument name back to the schema's."""
-    schema = getattr(tool, "input_schema", None) or getattr(tool, "inputSchema", None) or {}
-    props, required = schema.get("properties") or {}, set(schema.get("required") or [])
-    names: dict[str, str] = {}
-    params, docs = [], []
-    for arg in sorted(props, key=lambda a: a not in required):  # required arguments first (Python's order rule)
-        py = identifier(arg)
-        if py in names or py == "self":
-            py = f"{py}_"
-        names[py] = arg
-        kind = _type(props[arg] or {})
-        params.append(f"{py}: {kind}" if arg in required else f"{py}: {kind} | None = None")
-        choices = (props[arg] or {}).get("enum")
-        extra = f" (choices: {json.dumps(choices)})" if choices else ""
-        docs.append(f"        {py}: {_line((props[arg] or {}).get('description'), arg)}{extra}")
-    ident = identifier(tool.name)
-    doc = _line(tool.description, tool.name)
-    args_doc = "\n\n    Args:\n" + "\n".join(docs) if docs else ""
-    pairs = "".join(f"({names[p]!r}, {p}), " for p in names)  # (schema name, Python argument)
-    source = (f"def {ident}(self{''.join(', ' + p for p in params)}) -> str:\n"
-              f"    {json.dumps(doc + args_doc.replace(chr(10) + '    ', chr(10)))}\n"
-              f"    return self._call({tool.name!r}, {{k: v for k, v in ({pairs}) if v is not None}})\n")
-    return ident, source, names
-
-
-def env_class(tools: list, *, name: str = "MCPEnv") -> type:
-    """Return an environment class with one method per tool (agentrl.envs.base: its public methods are the
-    tools); DataError when two tools map to the same identifier."""
+def env_class(tools: list, *, name: str = "MCPEnv", max_description_chars: int = DESCRIPTION_CHARS) -> type:
+    """Return an environment class with one method per tool (agentrl.envs.base: its public methods are the tools);
+    DataError naming both tools when two names become the same identifier. Prints one line naming the tools whose
+    descriptions were cut at ``max_description_chars``."""
     methods: dict[str, Any] = {}
+    owners: dict[str, str] = {}
+    cut = []
     for tool in tools:
-        ident, source, _ = method_source(tool)
-        if ident in methods or ident in ("reset", "get_reward"):
-            raise DataError(f"MCP tool {tool.name!r} maps to the method name {ident!r}, which another tool or the "
-                            "environment already uses: deny one of them ([...mcp] deny = [...])")
-        scope: dict[str, Any] = {}
-        exec(compile(source, f"<mcp tool {tool.name}>", "exec"), scope)  # noqa: S102 - source built from the schema
-        fn = scope[ident]
-        fn.__doc__ = fn.__doc__.strip()
-        methods[ident] = fn
+        spec = tool_spec(tool, max_description_chars)
+        if spec.name in owners:
+            raise DataError(f"MCP tools {owners[spec.name]!r} and {tool.name!r} both become the tool name "
+                            f"{spec.name!r}; deny one of them ([...mcp] deny = [...])")
+        owners[spec.name] = tool.name
+        methods[spec.name] = tool_function(spec)
+        cut += [tool.name] if spec.cut else []
+    if cut:
+        print(f"mcp: descriptions cut at {max_description_chars:,} characters (max_description_chars) in the tools "
+              f"{', '.join(cut)}")
     return type(name, (MCPEnv,), {"__module__": __name__, **methods})
 
 
@@ -115,7 +215,7 @@ def content_text(result, max_chars: int, non_text: str) -> str:
         elif kind == "resource":
             resource = item.resource
             text = getattr(resource, "text", None)
-            parts.append(text if text is not None else f"[resource: {resource.uri} {mime}]".rstrip() + "]")
+            parts.append(text if text is not None else f"[resource: {resource.uri} {mime}".rstrip() + "]")
         elif kind == "resource_link":
             parts.append(f"[resource link: {item.uri} {item.name}]")
         else:
@@ -128,19 +228,58 @@ def content_text(result, max_chars: int, non_text: str) -> str:
     return text
 
 
+_OPEN: weakref.WeakSet = weakref.WeakSet()  # every Sessions of this process: their shared connections close at exit
+_EXIT_HOOK: list = []
+
+
+def close_sessions() -> None:
+    """Close every shared session this process still holds (run at exit: a shared server never outlives it)."""
+    for sessions in list(_OPEN):
+        sessions.close()
+
+
 class Sessions:
     """Where an environment's connection comes from: one per episode (``per_episode``), or one shared by every
-    episode of the process (replaced when it breaks)."""
+    episode of the process (replaced when it breaks; closed by :meth:`close` or at the process's exit)."""
 
     def __init__(self, server: Server, *, per_episode: bool, call_timeout: float, startup_timeout: float):
         self.server, self.per_episode = server, per_episode
         self.call_timeout, self.startup_timeout = call_timeout, startup_timeout
         self._shared: Connection | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # for_episode opens the shared connection while holding it
+        self._failed, self._why = 0, ""  # failed starts in a row, and the last one's message
+        _OPEN.add(self)
+        if not _EXIT_HOOK:  # registered on first use, not at import
+            _EXIT_HOOK.append(atexit.register(close_sessions))
+
+    def close(self) -> None:
+        """Close the shared connection, if one is open (the next episode opens a new one)."""
+        with self._lock:
+            shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.close()
 
     def new(self) -> Connection:
-        """Return a fresh open connection."""
-        return Connection(self.server, call_timeout=self.call_timeout, startup_timeout=self.startup_timeout).open()
+        """Return a fresh open connection; DataError when the server does not start, EnvironmentDown once it has
+        failed FAILED_STARTS times in a row."""
+        self.check()
+        try:
+            connection = Connection(self.server, call_timeout=self.call_timeout,
+                                    startup_timeout=self.startup_timeout).open()
+        except DataError as exc:
+            with self._lock:
+                self._failed, self._why = self._failed + 1, str(exc)
+            self.check()
+            raise
+        with self._lock:
+            self._failed = 0
+        return connection
+
+    def check(self) -> None:
+        """Raise EnvironmentDown when the server has failed to start FAILED_STARTS times in a row."""
+        if self._failed >= FAILED_STARTS:
+            raise EnvironmentDown(f"{self._why} ({self._failed} starts in a row failed: the server is gone, the "
+                                  "run stops)")
 
     def for_episode(self, previous: Connection | None) -> Connection | None:
         """Return the connection an episode starts with (a per-episode one opens on its first call: None)."""
@@ -172,9 +311,11 @@ class MCPEnv:
     def reset(self, **row) -> None:
         """Start an episode (``row``: the task, kept for its final-state check; GRPO's rows carry it in ``task``)."""
         self._row = {**row, **row_metadata(row)}
-        self.calls, self.tool_errors = 0, 0
-        self.transcript: list[dict] = []
+        self._calls, self._tool_errors = 0, 0
+        self._transcript: list[dict] = []
+        self._checked: dict[str, str | None] = {}
         if self._sessions is not None:
+            self._sessions.check()  # a server gone for good ends the run here too (GRPO's rollouts call reset)
             self._connection = self._sessions.for_episode(self._connection)
 
     def _conn(self) -> Connection:
@@ -186,30 +327,40 @@ class MCPEnv:
         return self._connection
 
     def _call(self, name: str, arguments: dict) -> str:
-        if self.calls >= self._max_calls:
+        if self._calls >= self._max_calls:
             raise ToolError(f"Error: tool-call limit reached ({self._max_calls}); answer now.")
-        self.calls += 1
+        self._calls += 1
+        redact = self._sessions.server.redact if self._sessions is not None else str
         try:
             result = self._conn().call(name, arguments)
+            text = content_text(result, self._max_chars, self._non_text)
+        except EnvironmentDown:
+            self._tool_errors += 1
+            raise
         except Exception as exc:  # a refusal, a crash or a hang: the model reads it, the episode goes on
-            self.tool_errors += 1
-            self.transcript.append({"tool": name, "error": type(exc).__name__})
-            raise ToolError(f"Error: {type(exc).__name__}: {exc}") from None
-        text = content_text(result, self._max_chars, self._non_text)
-        self.transcript.append({"tool": name, "error": bool(result.is_error)})
+            self._tool_errors += 1
+            self._transcript.append({"tool": name, "error": type(exc).__name__})
+            message = str(exc) if isinstance(exc, ToolError) else f"Error: {type(exc).__name__}: {exc}"
+            raise ToolError(redact(message)) from None
+        self._transcript.append({"tool": name, "error": bool(result.is_error)})
         if result.is_error:
-            self.tool_errors += 1
-            raise ToolError(text or f"Error: {name} failed")
-        return text
+            self._tool_errors += 1
+            raise ToolError(redact(text or f"Error: {name} failed"))
+        return redact(text)
 
     def _check(self, tool: str, arguments: dict) -> str | None:
         """Return the text of ``tool(arguments)`` called after the episode (a final-state check), None when the
-        call fails."""
-        try:
-            result = self._conn().call(tool, arguments)
-        except Exception:  # a broken server after the episode: the check fails, the run goes on
-            return None
-        return None if result.is_error else content_text(result, 1_000_000, "placeholder")
+        call fails. Called once per episode: every reward and metric that asks again reads the first answer (a
+        check that changes the server's state would otherwise score one completion two ways)."""
+        key = json.dumps([tool, arguments], sort_keys=True, default=str)
+        checked = self.__dict__.setdefault("_checked", {})
+        if key not in checked:
+            try:
+                result = self._conn().call(tool, arguments)
+                checked[key] = None if result.is_error else content_text(result, 1_000_000, "placeholder")
+            except Exception:  # a broken server after the episode: the check fails, the run goes on
+                checked[key] = None
+        return checked[key]
 
     def _close(self) -> None:
         if self._connection is not None and (self._sessions is None or self._sessions.per_episode):
@@ -233,8 +384,8 @@ def mcp_score(prediction: str | None, row: dict, env) -> dict:
         metrics["state"] = float(text is not None and normalize_answer(text) == normalize_answer(str(check["expect"])))
         success = metrics["state"] if not golds else min(metrics["state"], metrics["em"])
     metrics["success"] = success
-    metrics["tool_errors"] = float(getattr(env, "tool_errors", 0))
-    metrics["tool_calls"] = float(getattr(env, "calls", 0))
+    metrics["tool_errors"] = float(getattr(env, "_tool_errors", 0))
+    metrics["tool_calls"] = float(getattr(env, "_calls", 0))
     return metrics
 
 
@@ -242,8 +393,9 @@ def oracle_plan(row: dict) -> list:
     """Return the oracle's turns for a task row with a ``plan`` (a list of ``{"tool", "arguments"}`` calls, made one
     per turn), then the first gold answer; a row without one answers at once."""
     row = {**row, **row_metadata(row)}
-    turns = [Turn(tool_calls=[{"id": f"call_{i}", "name": identifier(step["tool"]),
-                               "arguments": json.dumps(step.get("arguments") or {})}])
+    # the plan names tools and arguments as the server does (or as the model sees them): both map to the callables'
+    turns = [Turn(tool_calls=[{"id": f"call_{i}", "name": identifier(step["tool"]), "arguments": json.dumps(
+        {identifier(k, "arg"): v for k, v in (step.get("arguments") or {}).items()}, ensure_ascii=False)}])
              for i, step in enumerate(row.get("plan") or [])]
     golds = gold_list(row.get("golden_answers"))
     return [*turns, Turn(content=f"<answer>{golds[0] if golds else 'done'}</answer>", finish_reason="stop")]
