@@ -9,7 +9,9 @@ it received (``{"tool": ..., "arguments": ...}``), so a test sees exactly what w
   makes the server exit with N before answering anything (a server that fails to start), from its
   ``"exit_from_start"``-th start on (counted in the spec's ``"starts_file"``; default: the first);
 - ``counter``: answers how many times it has been called by this server process (a check that changes state);
-- ``"hang": "start"`` never reads its stdin, ``"hang": "list"`` never answers ``tools/list``;
+  ``zero`` sets that count back to 0 (a server's own reset);
+- ``"hang": "start"`` never reads its stdin, ``"hang": "list"`` never answers ``tools/list``, ``"hang": "call"``
+  never answers a ``tools/call`` (it goes on reading: a later request would be answered);
 - ``"child": true`` starts a child process (a sleeping Python naming the spec file) that outlives the server, which
   itself exits as soon as its stdin closes: whoever closes the server must end its process group.
 
@@ -56,8 +58,15 @@ def main() -> None:
                 continue
             result = {"tools": spec["tools"]}
         elif method == "tools/call":
+            if spec.get("hang") == "call":
+                continue
             name, arguments = params.get("name"), params.get("arguments") or {}
-            if name == "counter":
+            if name == "big":  # a result of arguments["size"] characters
+                result = {"content": [{"type": "text", "text": "x" * int(arguments.get("size", 0))}], "isError": False}
+            elif name == "zero":
+                calls["counter"] = 0
+                result = {"content": [{"type": "text", "text": "reset"}], "isError": False}
+            elif name == "counter":
                 calls["counter"] = calls.get("counter", 0) + 1
                 result = {"content": [{"type": "text", "text": str(calls["counter"])}], "isError": False}
             elif name == "leak":

@@ -44,11 +44,14 @@ def test_mcp_server_answers_a_real_client_over_stdio(small_index):
     asyncio.run(main())
 
 
-def test_mcp_server_answers_a_real_client_over_http(mcp_url):
+@pytest.mark.parametrize("mode, revision", [("auto", "2026-07-28"), ("legacy", "2025-11-25")])
+def test_mcp_server_answers_a_real_client_over_http_in_both_protocol_revisions(mcp_url, mode, revision):
+    """The stateless 2026-07-28 revision (server/discover) and the 2025-11-25 handshake most clients still speak."""
     from mcp import Client
 
     async def main():
-        async with Client(mcp_url) as client:
+        async with Client(mcp_url, mode=mode) as client:
+            assert client.protocol_version == revision
             await _exercise(client)
 
     asyncio.run(main())

@@ -107,6 +107,7 @@ def test_results_are_cut_at_the_limit_and_non_text_content_can_be_refused():
     assert call(env, "read_note", key="k") == ("x" * 10 + "\n[... 15 more characters cut]", None)
     text, kind = call(env, "picture")
     assert kind == "tool_error" and "image content" in text
+    assert SPEC.score("x", {}, env)["tool_errors"] == 1.0  # the refusal counts as the tool error it is
     env._close()
 
 
@@ -185,6 +186,8 @@ def test_the_python_stdio_server_goes_through_eval_curate_export_and_two_grpo_st
     calls = [c["function"] for m in write["messages"] for c in m.get("tool_calls") or []]
     assert calls == [{"name": "write_note", "arguments": json.dumps({"key": "color", "text": "blue"})}]
     assert write["metrics"]["state"] == 1.0
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["config"]["task"]["protocol"] == "2026-07-28"  # the SDK 2.x server: server/discover, stateless
     cli(["curate", str(run), "--config", str(preset)], tmp_path, env)
     cli(["export", "runs/data/mcp_data"], tmp_path, env)
     row = json.loads((tmp_path / "runs" / "data" / "mcp_data" / "trl" / "train.jsonl").read_text().splitlines()[0])
@@ -207,9 +210,9 @@ def test_agentrls_own_retrieval_server_over_http_is_an_environment_with_headers_
                                          "golden_answers": r["golden_answers"],
                                          "plan": [{"tool": "search", "arguments": {"query": r["question"]}}]}) + "\n"
                              for r in rows))
-    secret = "bearer-value-not-to-be-written"
+    secret, key = "bearer-value-not-to-be-written", "url-key-not-to-be-written"
     cli(["eval", "--env", "mcp", "--policy", "oracle", "--name", "served", "--split", "all",
-         "--env-arg", f"url={json.dumps(mcp_url)}",
+         "--env-arg", f"url={json.dumps(mcp_url + '?key=' + key)}",  # a key in the URL: a secret too
          "--env-arg", 'headers_from={Authorization = "AGENTRL_TEST_BEARER"}',
          "--env-arg", f"tasks={json.dumps(str(tasks))}"], tmp_path, {"AGENTRL_TEST_BEARER": secret})
     run = tmp_path / "runs" / "eval" / "served"
@@ -219,6 +222,8 @@ def test_agentrls_own_retrieval_server_over_http_is_an_environment_with_headers_
     assert tool_msgs and "error" not in tool_msgs[0]["content"].lower()[:20]
     assert [t["function"]["name"] for t in trajectories[0]["tools"]] == ["search"]
     assert not [p for p in run.rglob("*") if p.is_file() and secret in p.read_text(errors="replace")]
+    assert not [p for p in run.rglob("*") if p.is_file() and key in p.read_text(errors="replace")]
+    assert json.loads((run / "manifest.json").read_text())["config"]["task"]["protocol"] == "2026-07-28"
 
 
 @pytest.mark.slow
@@ -227,8 +232,9 @@ def test_the_npm_filesystem_server_reads_and_writes_files_and_the_final_state_is
         subprocess.run(["npm", "install", "--prefix", str(ROOT / "build" / "npm"), "--no-audit", "--no-fund",
                         "--silent", "@modelcontextprotocol/server-filesystem@2026.8.31"], timeout=600, check=False)
     if not NPM_FS.exists():
-        pytest.skip(f"{NPM_FS} not installed: npm is missing (apt-get install nodejs npm) or the npm registry is "
-                    "unreachable")
+        # .ci/run installs it: under CI it must run
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(
+            f"{NPM_FS} not installed: npm is missing (apt-get install nodejs npm) or the npm registry is unreachable")
     files = tmp_path / "files"
     files.mkdir()
     (files / "city.txt").write_text("Lyon\n")
@@ -251,6 +257,8 @@ def test_the_npm_filesystem_server_reads_and_writes_files_and_the_final_state_is
     first = json.loads((run / "trajectories.jsonl").read_text().splitlines()[0])
     assert sorted(t["function"]["name"] for t in first["tools"]) == ["read_text_file", "write_file"]
     assert (files / "nice.txt").read_text() == "Nice"
+    # the TypeScript SDK 1.x server: no server/discover, the client falls back to the 2025-11-25 handshake
+    assert json.loads((run / "manifest.json").read_text())["config"]["task"]["protocol"] == "2025-11-25"
     assert shutil.which("node") is not None
 
 

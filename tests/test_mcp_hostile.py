@@ -89,6 +89,8 @@ def test_hostile_tool_names_are_all_offered_called_under_the_servers_names_and_l
     params = done[0]["tools"][0]["function"]["parameters"]
     assert sorted(params["properties"]) == ["a_b", "class_", "self_"] and params["required"] == ["self_"]
     assert servers_alive(spec) == []  # "_close" did not replace the environment's own close
+    manifest = json.loads((tmp_path / "runs" / "eval" / "hostile" / "manifest.json").read_text())
+    assert manifest["config"]["task"]["protocol"] == "2025-11-25"  # "server/discover" unknown: the handshake
 
 
 @pytest.mark.parametrize("tools, named", [
@@ -280,3 +282,49 @@ def test_a_server_that_dies_for_good_mid_run_stops_the_evaluation_with_exit_2_na
     assert "the environment stopped the run" in r.stderr and "license expired" in r.stderr
     assert "3 starts in a row failed" in r.stderr
     assert len(trajectories(tmp_path)) == 2  # the two episodes before the third failure, recorded
+
+
+def test_an_item_timeout_shorter_than_the_call_timeout_interrupts_the_call_and_leaves_nothing_behind(tmp_path):
+    """A call the server never answers, an item timeout of 2 s against a call timeout of 30 s: the item is recorded
+    as a timeout, the waiting call is interrupted (no 'Task exception was never retrieved' at exit), no server is
+    left."""
+    spec = spec_file(tmp_path, [{"name": "slow", "inputSchema": {"type": "object"}}], hang="call")
+    tasks = tasks_file(tmp_path, [{"id": f"t{i}", "question": f"q{i}", "golden_answers": ["x"],
+                                   "plan": [{"tool": "slow"}]} for i in range(2)])
+    r = eval_hostile(tmp_path, spec, tasks, ok=False, extra=("--timeout", "2", "--env-arg", "call_timeout=30"))
+    assert r.returncode == 1 and "2 of 2 items failed: timeout 2" in r.stderr  # failed items: exit 1, as always
+    done = trajectories(tmp_path)
+    assert len(done) == 2 and all(t.get("error") for t in done)
+    assert "never retrieved" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert servers_alive(spec) == []
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_state_a_shared_session_keeps_is_cleared_by_the_servers_reset_tool_at_each_episode(tmp_path, reset):
+    """One server for the run (session = "shared"): without reset_tool each episode reads what the previous left
+    (the counter goes 1, 2, 3); with reset_tool = "zero" every episode starts from the server's reset state. Tasks with
+    a final-state check and tasks without: ``state`` is averaged over those that have one."""
+    tools = [{"name": n, "inputSchema": {"type": "object"}} for n in ("counter", "zero")]
+    spec = spec_file(tmp_path, tools)
+    check = {"tool": "counter", "arguments": {}, "expect": "2"}  # the episode's own call, then the check's
+    tasks = tasks_file(tmp_path, [{"id": f"t{i}", "question": f"q{i}", "golden_answers": ["x"],
+                                   "plan": [{"tool": "counter"}], **({"final_check": check} if i < 2 else {})}
+                                  for i in range(3)])
+    extra = ("--concurrency", "1", "--env-arg", 'session="shared"', "--env-arg", 'deny=["zero"]',
+             *(("--env-arg", 'reset_tool="zero"') if reset else ()))
+    eval_hostile(tmp_path, spec, tasks, extra=extra)
+    done = sorted(trajectories(tmp_path), key=lambda t: t["id"])
+    counts = [json.loads(m["content"]) if m["content"].isdigit() else m["content"]
+              for t in done for m in t["messages"] if m["role"] == "tool"]
+    assert counts == ([1, 1, 1] if reset else [1, 3, 5])  # without a reset, each check counts too
+    metrics = json.loads((tmp_path / "runs" / "eval" / "hostile" / "metrics.json").read_text())
+    assert metrics["overall"]["state"] == (1.0 if reset else 0.5)  # over the two tasks with a check, not three
+    assert [t["function"]["name"] for t in done[0]["tools"]] == ["counter"]  # the reset tool is not the model's
+
+
+def test_a_reset_tool_the_server_does_not_list_is_refused_before_any_episode(tmp_path):
+    spec = spec_file(tmp_path, [{"name": "counter", "inputSchema": {"type": "object"}}])
+    tasks = tasks_file(tmp_path, [{"id": "t", "question": "q", "golden_answers": ["x"]}])
+    r = eval_hostile(tmp_path, spec, tasks, ok=False, extra=("--env-arg", 'reset_tool="zer0"'))
+    assert r.returncode == 2 and "mcp.reset_tool: 'zer0' is not among the tools" in r.stderr
+

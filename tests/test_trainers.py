@@ -4,6 +4,7 @@ installed."""
 
 import dataclasses
 import inspect
+import json
 import re
 
 import pytest
@@ -103,3 +104,56 @@ def test_a_value_outside_trls_choices_is_refused(kind, name, bad):
 
     with pytest.raises(SettingError, match="is not one of"):
         coerce(trl_fields.field_type(kind, name), bad, f"{kind}.{name}")
+
+
+
+def drops_earlier_turns(model_dir) -> str:
+    """Return the model's chat template changed to drop the text of every assistant turn but the last (as reasoning
+    templates drop earlier thinking): tool calls, tool results and the last turn render as before."""
+    template = (model_dir / "chat_template.jinja").read_text()
+    anchor = '{%- elif message.role == "assistant" %}'
+    assert template.count(anchor) == 1
+    return template.replace(anchor, anchor + "\n        {%- if not loop.last %}{%- set content = '' %}{%- endif %}")
+
+
+def test_the_template_check_names_the_turn_a_template_re_renders(tiny_model):
+    """The tiny model's own template keeps every earlier turn (one line); a template that drops an earlier
+    assistant turn's text is refused naming the turn and the token."""
+    from transformers import AutoTokenizer
+
+    from agentrl.core.io import DataError
+    from agentrl.train.template_check import check_template
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
+    tools = [{"type": "function", "function": {"name": "sql", "description": "Run a statement.", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string", "description": "SQL"}}, "required": ["query"]}}}]
+    assert check_template(tok, tools, None, "tiny").startswith("chat template of tiny: prefix-preserving over 5")
+    with pytest.raises(DataError, match=r"adding turn 3 \(tool\) re-renders the conversation before it differently "
+                                        r"from token \d+: 'I will look"):
+        check_template(tok, tools, drops_earlier_turns(tiny_model), "tiny")
+
+
+@pytest.mark.slow
+def test_grpo_stops_before_training_on_a_model_whose_template_re_renders_earlier_turns(tmp_path, tiny_model):
+    """TRL's own checks pass this template (it renders tool calls and results, its prefix check uses an empty
+    assistant turn, and the tokenizer carries a response template); agentrl's check of a real conversation stops the
+    run with exit 2 before the first step."""
+    import shutil
+    import subprocess
+    import sys
+
+    from trl.chat_template_utils import qwen3_template
+
+    model = tmp_path / "tiny_bad_template"
+    shutil.copytree(tiny_model, model)
+    (model / "chat_template.jinja").write_text(drops_earlier_turns(tiny_model))
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**config, "response_template": qwen3_template}))
+    preset = tmp_path / "grpo.toml"
+    preset.write_text('[grpo]\nname = "bad_template"\nenv = "math"\nnum_generations = 2\n'
+                      'per_device_train_batch_size = 2\nmax_steps = 1\neval_questions = 0\nreport_to = []\n'
+                      f'gradient_checkpointing = false\n[grpo.model]\nname = "{model}"\n')
+    r = subprocess.run([sys.executable, "-m", "agentrl.cli", "grpo", "--config", str(preset)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "is not prefix-preserving: adding turn 3 (tool)" in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "runs" / "grpo" / "bad_template" / "adapter").exists()

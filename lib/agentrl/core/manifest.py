@@ -64,8 +64,27 @@ def is_secret_key(key: object) -> bool:
     return words[-1] == "token" and (len(words) == 1 or words[-2] not in _NOT_CREDENTIAL_TOKENS)
 
 
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s\"'<>]+", re.IGNORECASE)
+
+
+def public_url(url: str) -> str:
+    """Return ``url`` without the secrets a URL can carry: a password (``user:***@``) and query values
+    (``?key=***``); the rest as given."""
+    scheme, _, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    if "@" in host:
+        user, _, where = host.rpartition("@")
+        host = f"{user.partition(':')[0]}{':***' if ':' in user else ''}@{where}"
+    if "?" not in host:
+        path = re.sub(r"([?&][^=&#]*)=[^&#]*", r"\1=***", path)
+    else:  # no path: the query follows the host
+        host = re.sub(r"([?&][^=&#]*)=[^&#]*", r"\1=***", host)
+    return f"{scheme}://{host}{slash}{path}"
+
+
 def scrub(obj: Any, secrets: tuple[str, ...] = ()) -> Any:
-    """Return a deep copy of ``obj`` with credential-like keys masked and known secret values removed."""
+    """Return a deep copy of ``obj`` with credential-like keys masked, known secret values removed and every URL's
+    password and query values masked (:func:`public_url`)."""
     secrets = tuple(s for s in secrets if s and len(s) >= 4)
     if isinstance(obj, dict):
         return {k: ("***" if is_secret_key(k) and v not in (None, "") else scrub(v, secrets))
@@ -75,7 +94,7 @@ def scrub(obj: Any, secrets: tuple[str, ...] = ()) -> Any:
     if isinstance(obj, str):
         for s in secrets:
             obj = obj.replace(s, "***")
-        return obj
+        return _URL.sub(lambda m: public_url(m.group(0)), obj) if "://" in obj else obj
     return obj
 
 

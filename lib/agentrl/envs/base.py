@@ -171,6 +171,8 @@ async def _in_thread(env: Any, fn, args: dict):
             with contextlib.suppress(Exception):  # the cancellation goes on whatever the interrupt did
                 interrupt()
         await asyncio.wait({work}, timeout=INTERRUPT_WAIT)
+        if work.done() and not work.cancelled():
+            work.exception()  # the interrupted call's own error is no one's news: not "never retrieved" at exit
         raise
 
 

@@ -10,6 +10,10 @@ keeps accepting calls and throughput grows with concurrency.
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+
 from pydantic import BaseModel
 
 from agentrl.core.io import DataError
@@ -99,14 +103,41 @@ def http_app(retriever, *, host: str = "127.0.0.1", method: str | None = None, m
                           max_query_chars=max_query_chars)
 
 
+class Warming:
+    """A retriever whose embedder loads in a background thread from construction: a search waits for it, every other
+    request (initialize, tools/list) is answered at once. A warm-up that fails ends the process (exit 2) with its
+    error, as a failure at start did: a server that cannot search serves nothing."""
+
+    def __init__(self, retriever, method: str | None = None):
+        self._retriever, self._ready = retriever, threading.Event()
+        threading.Thread(target=self._warm, args=(method,), name="embedder-warm-up", daemon=True).start()
+
+    def _warm(self, method: str | None) -> None:
+        try:
+            self._retriever.search("warm up", 1, method)
+        except Exception as exc:  # noqa: BLE001 - said, then the process ends
+            print(f"agentrl serve: the retriever could not search ({type(exc).__name__}: {exc}); stopping",
+                  file=sys.stderr, flush=True)
+            os._exit(2)
+        self._ready.set()
+
+    def search_batch(self, *args, **kwargs):
+        """Return ``search_batch``'s answer once the warm-up is done."""
+        self._ready.wait()
+        return self._retriever.search_batch(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._retriever, name)
+
+
 def serve(index_dir: str, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
           method: str | None = None, max_top_k: int = 50, distinct: bool | None = None,
           max_query_chars: int = MAX_QUERY_CHARS, fast_path: bool = True) -> None:
-    """Load the index, warm the embedder up and serve until interrupted (blocks).
+    """Load the index and serve until interrupted (blocks); the embedder warms up in the background (:class:`Warming`:
+    a client's initialize and tools/list do not wait for it, its first search does).
 
     ``distinct`` overrides the index's setting: distinct documents (default) or raw chunks (False)."""
-    retriever = Retriever.load(index_dir, overrides={"distinct": distinct})
-    retriever.search("warm up", 1, method)  # load the embedder before the first client waits for it
+    retriever = Warming(Retriever.load(index_dir, overrides={"distinct": distinct}), method)
     if transport == "stdio":
         build_server(retriever, method=method, max_top_k=max_top_k, max_query_chars=max_query_chars).run("stdio")
     elif transport in ("http", "streamable-http"):

@@ -26,6 +26,7 @@ from agentrl.core.io import DataError, read_json, write_json, write_jsonl
 from agentrl.core.manifest import write_manifest
 from agentrl.core.tracking import trackers
 from agentrl.envs import registry
+from agentrl.envs.base import schema_of
 from agentrl.rollout.judge import LLMJudge
 from agentrl.rollout.rewards import make_judge_reward, reward_registry
 from agentrl.rollout.runner import RunConfig
@@ -42,6 +43,7 @@ from agentrl.train.models import (
 )
 from agentrl.train.progress import attach_progress
 from agentrl.train.rank_eval import check_launch, main_decides
+from agentrl.train.template_check import check_template
 from agentrl.train.trainers import close_environments, make_grpo_trainer
 
 log = logging.getLogger(__name__)
@@ -200,6 +202,10 @@ def run_grpo(settings: GRPOSettings, heldout: HeldOut, preset: dict | None = Non
     evaluator = eval_callback(settings, eval_task, preset, out, evals, held_out, eval_run)
     trainer = make_trainer(settings, args, loaded, task, rows, [evaluator, *callbacks])
     evaluator.trainer = trainer
+    # the template TRL renders with (its replacement, if it made one) must keep every earlier turn's tokens
+    tools = next(iter((getattr(trainer, "_env_tools", None) or {None: []}).values()))
+    print(check_template(loaded.tokenizer, [t if isinstance(t, dict) else schema_of(t) for t in tools] or None,
+                         trainer.chat_template, settings.model.name))
     start = time.perf_counter()
     try:
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

@@ -44,6 +44,8 @@ class MCPSettings(EnvSettings):
     allow: list[str] | None = None  # the tools offered to the model (None: every tool the server lists)
     deny: list[str] = field(default_factory=list)  # tools never offered
     session: Literal["episode", "shared"] = "episode"  # a server session per episode, or one for the whole run
+    reset_tool: str | None = None  # a server tool called at each episode's start (state a session does not reset)
+    reset_arguments: dict = field(default_factory=dict)  # its arguments
     call_timeout: Positive = 30.0  # seconds a tool call may take; past it the call is a tool error, session replaced
     startup_timeout: Positive = 60.0  # seconds the server may take to start and answer initialize
     max_result_chars: AtLeast1 = 4000  # a tool result is cut here (the model reads how much was left out)
@@ -80,16 +82,17 @@ def offered(tools: list, settings: MCPSettings, where: str) -> list:
     return kept
 
 
-_LISTED: dict[str, tuple[tuple, str | None]] = {}
+_LISTED: dict[str, tuple[tuple, str | None, str | None]] = {}
 
 
-def _listed(server: Server, startup_timeout: float, call_timeout: float) -> tuple[tuple, str | None]:
+def _listed(server: Server, startup_timeout: float, call_timeout: float) -> tuple[tuple, str | None, str | None]:
+    """Return the server's tools, its instructions and the protocol revision negotiated."""
     # tools/list once per server and process: every Task built for it (eval, GRPO, its held-out evaluation) shares it
     key = json.dumps(dataclasses.asdict(server), sort_keys=True, default=str)
     if key not in _LISTED:
         connection = Connection(server, call_timeout=call_timeout, startup_timeout=startup_timeout).open()
         try:
-            _LISTED[key] = tuple(connection.list_tools()), connection.instructions
+            _LISTED[key] = tuple(connection.list_tools()), connection.instructions, connection.protocol
         except (TimeoutError, ConnectionError) as exc:  # a server that hangs or dies on tools/list: said, not traced
             raise DataError(server.redact(f"MCP server {server.describe()}: {exc}")) from None
         finally:
@@ -101,21 +104,27 @@ def build(settings: MCPSettings, preset: dict | None = None):
     """Return the Task over the server's tools (listed once when the Task is built: a server that does not start
     is a DataError naming its command)."""
     server = server_of(settings)
-    tools, instructions = _listed(server, settings.startup_timeout, settings.call_timeout)
+    tools, instructions, protocol = _listed(server, settings.startup_timeout, settings.call_timeout)
     kept = offered(list(tools), settings, server.describe())
+    if settings.reset_tool is not None and settings.reset_tool not in [t.name for t in tools]:
+        raise DataError(f"mcp.reset_tool: {settings.reset_tool!r} is not among the tools {server.describe()} lists: "
+                        f"{', '.join(t.name for t in tools)}")
     max_calls = MAX_CALLS if settings.max_tool_calls is None else settings.max_tool_calls
     sessions = Sessions(server, per_episode=settings.session == "episode", call_timeout=settings.call_timeout,
                         startup_timeout=settings.startup_timeout)
     cls = env_class(kept, max_description_chars=settings.max_description_chars)
     cls._sessions, cls._max_calls = sessions, max_calls
     cls._max_chars, cls._non_text = settings.max_result_chars, settings.non_text
+    cls._reset_call = (settings.reset_tool, dict(settings.reset_arguments)) if settings.reset_tool else None
     system = registry.prompt(ENVIRONMENT, settings.prompt or "mcp", max_calls=max_calls)
     if instructions:
         system = f"{system}\n\n{instructions.strip()}"
     return Task(name=ENVIRONMENT.name, make_env=cls, system_prompt=system, oracle_plan=oracle_plan, score=mcp_score,
                 max_turns=settings.max_turns or ENVIRONMENT.max_turns,
-                config={"server": server.describe(), "tools": sorted(n for n in vars(cls) if not n.startswith("_")),
-                        "session": settings.session, "max_calls": max_calls, "call_timeout": settings.call_timeout,
+                config={"server": server.describe(), "protocol": protocol,
+                        "tools": sorted(n for n in vars(cls) if not n.startswith("_")),
+                        "session": settings.session, "reset_tool": settings.reset_tool, "max_calls": max_calls,
+                        "call_timeout": settings.call_timeout,
                         "max_result_chars": settings.max_result_chars,
                         "max_description_chars": settings.max_description_chars, "non_text": settings.non_text})
 

@@ -11,17 +11,17 @@ killed) and the next episode opens a new one.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
-import re
 import signal
 import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from agentrl.core.io import DataError
+from agentrl.core.manifest import public_url
 
 CLOSE_TIMEOUT = 10.0  # seconds a close waits for the session and the server process to end
 
@@ -49,7 +49,7 @@ class Server:
             return " ".join([self.command, *self.args])
         if self.url_from:
             return f"[url from ${self.url_from}]"
-        return _public_url(str(self.url))
+        return public_url(str(self.url))
 
     def secrets(self) -> dict[str, str]:
         """Return ``{variable: value}`` for every variable of this process the server reads (``env_from``,
@@ -85,7 +85,7 @@ class Server:
                 async def note(response):
                     if response.status_code >= 400:
                         body = " ".join((await response.aread())[:300].decode("utf-8", "replace").split())
-                        http_errors.append(f"HTTP {response.status_code} from {_public_url(str(response.url))}"
+                        http_errors.append(f"HTTP {response.status_code} from {public_url(str(response.url))}"
                                            + (f": {body}" if body else ""))
 
                 client.event_hooks["response"] = [*client.event_hooks.get("response", []), note]
@@ -106,6 +106,7 @@ class Connection:
         self.server, self.call_timeout, self.startup_timeout = server, call_timeout, startup_timeout
         self.broken = False
         self.instructions: str | None = None
+        self.protocol: str | None = None  # the revision negotiated: 2026-07-28 (server/discover) or a handshake one
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._client = None
@@ -113,6 +114,7 @@ class Connection:
         self._held: asyncio.Future | None = None
         self._group: int | None = None  # a stdio server's process group (its pid: the SDK starts a new session)
         self._http_errors: list[str] = []
+        self._pending: set = set()  # requests in flight (interrupt cancels them)
         # the server's stderr: quoted when it fails to start; closed (deleted) with the connection object
         self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
 
@@ -139,6 +141,8 @@ class Connection:
             raise DataError(self.server.redact(f"MCP server {self.server.describe()} did not start: "
                                               f"{why}{self._stderr_tail()}")) from None
         self.instructions = getattr(self._client, "instructions", None)
+        with contextlib.suppress(Exception):
+            self.protocol = self._client.protocol_version
         return self
 
     async def _start(self):
@@ -200,8 +204,12 @@ class Connection:
             coro.close()
             raise ConnectionError(f"the MCP server {self.server.describe()} is not connected")
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        self._pending.add(future)
         try:
             return future.result(timeout=self.call_timeout)
+        except concurrent.futures.CancelledError:
+            self.broken = True  # interrupted mid-request: the server may still be working on it
+            raise ConnectionError(f"{what}: interrupted (the item's time ran out)") from None
         except TimeoutError:
             future.cancel()
             self.broken = True  # a hung server: this connection is not used again
@@ -212,6 +220,14 @@ class Connection:
                 self.broken = True  # the session itself failed (the server crashed or closed the stream)
                 raise ConnectionError(f"{what}: the MCP server closed the connection ({exc})") from None
             raise
+        finally:
+            self._pending.discard(future)
+
+    def interrupt(self) -> None:
+        """Cancel the requests in flight (their callers get a ConnectionError at once); the connection is broken."""
+        self.broken = True
+        for future in list(self._pending):
+            future.cancel()
 
     def list_tools(self) -> list:
         """Return the server's tools (every page of ``tools/list``)."""
@@ -281,14 +297,6 @@ def server_pid(errlog) -> int | None:
         if (err.st_dev, err.st_ino) == (own.st_dev, own.st_ino):
             return int(entry)
     return None
-
-
-def _public_url(url: str) -> str:
-    # a key in a URL (user:password@, ?key=...) is a secret too: the manifest and messages keep the rest
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1] if "@" in parts.netloc else parts.netloc
-    query = re.sub(r"=[^&]*", "=[redacted]", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def resolve_cwd(cwd: str | None) -> str | None:

@@ -303,6 +303,7 @@ class MCPEnv:
     _max_calls: int = 10
     _max_chars: int = 4000
     _non_text: str = "placeholder"
+    _reset_call: tuple[str, dict] | None = None  # (server tool, arguments) called at each episode's start
 
     def __init__(self):
         self._connection: Connection | None = None
@@ -317,6 +318,13 @@ class MCPEnv:
         if self._sessions is not None:
             self._sessions.check()  # a server gone for good ends the run here too (GRPO's rollouts call reset)
             self._connection = self._sessions.for_episode(self._connection)
+        if self._reset_call is not None and row:  # an episode's start (not the bare construction): the server's
+            # own reset, for state a new session does not clear
+            tool, arguments = self._reset_call
+            result = self._conn().call(tool, arguments)
+            if result.is_error:
+                raise DataError(self._sessions.server.redact(
+                    f"mcp.reset_tool {tool}: the server refused it: {content_text(result, 300, 'placeholder')}"))
 
     def _conn(self) -> Connection:
         if self._connection is None:  # a per-episode session opens on the episode's first call
@@ -361,6 +369,11 @@ class MCPEnv:
             except Exception:  # a broken server after the episode: the check fails, the run goes on
                 checked[key] = None
         return checked[key]
+
+    def _interrupt(self) -> None:
+        # the item's time ran out while a call waits on the server: end the wait now (agentrl.envs.base.call_tool)
+        if self._connection is not None:
+            self._connection.interrupt()
 
     def _close(self) -> None:
         if self._connection is not None and (self._sessions is None or self._sessions.per_episode):
