@@ -286,15 +286,18 @@ def test_flags_reach_a_notebook_as_their_kinds_from_its_command_line_or_the_jupy
 
 
 @pytest.mark.slow
-def test_a_headless_sft_notebook_honours_max_steps_resume_and_overwrite(tmp_path, tiny_model):
+def test_a_headless_sft_notebook_honours_max_steps_resume_and_overwrite(tmp_path, tiny_model, sft_data):
     """`--max-steps` trains that many steps; `--resume` (a bare flag) continues from the checkpoint; `--overwrite`
-    deletes the earlier run's checkpoints instead of moving them aside."""
+    deletes the earlier run's checkpoints instead of moving them aside. The SFT data is the session's curated
+    demonstrations (building them on a fresh runtime is the top-to-bottom test's)."""
     work = tmp_path / "work"
     work.mkdir()
     (work / "configs").symlink_to(ROOT / "configs")
     (work / "data").symlink_to(ROOT / "data")
     (work / "runs" / "models").mkdir(parents=True)
     (work / "runs" / "models" / "tiny").symlink_to(tiny_model)
+    (work / "runs" / "data").mkdir()
+    (work / "runs" / "data" / "sft_demo").symlink_to(sft_data)
     common = ["--config", "demo", "--name", "nb", "--set", "sft.save_steps=1", "--set", "sft.check_questions=0"]
     first = _headless("03_sft", [*common, "--max-steps", "2"], work)
     assert first.returncode == 0, first.stderr[-3000:]

@@ -220,7 +220,8 @@ def test_the_cli_without_java_exits_2_with_the_install_command_and_no_traceback(
 @pytest.mark.slow
 def test_sft_on_oracle_games_fits_the_demonstrations_and_checks_dev_fold_games(tmp_path):
     # The real pipeline (oracle play on train-fold games → curate → export → LoRA SFT → inference check on
-    # dev-fold games) at the benchmark's size.
+    # dev-fold games) on the benchmark's games, 80 steps: the loss passes a tenth of its first value between steps 40
+    # and 60 (32.4 -> 2.48 at 60, 1.72 at 80 of a 150-step run; docs/decisions.md, issue 46)
     import importlib.util
     from pathlib import Path
 
@@ -228,7 +229,7 @@ def test_sft_on_oracle_games_fits_the_demonstrations_and_checks_dev_fold_games(t
     spec = importlib.util.spec_from_file_location("textgame_sft", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    metrics = bench.learn(tmp_path, games=40, steps=150, check=4)
+    metrics = bench.learn(tmp_path, games=40, steps=80, check=4)
     base, sft = metrics["check"]["base"], metrics["check"]["sft"]
     # the check's shares are what the models sampled: bounds here; the learning claim (the SFT model acts, the base
     # never does) is the benchmark's table (benchmarks/textgame_sft.py, docs/results.md)
