@@ -18,20 +18,11 @@ import argparse
 import json
 import math
 import os
-import random
 from pathlib import Path
 
 import learning  # the learning benchmark's phases; scripts run from benchmarks/
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def interval(values: list[float], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Return the 95% percentile bootstrap interval of the mean of ``values`` (sorted first: the same values give the
-    same interval whatever order the episodes finished in)."""
-    rng, values = random.Random(seed), sorted(values)
-    means = sorted(sum(rng.choices(values, k=len(values))) / len(values) for _ in range(draws))
-    return means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
 
 
 def main() -> None:
@@ -44,6 +35,7 @@ def main() -> None:
     args = ap.parse_args()
     os.chdir(ROOT)
     from agentrl.app.presets import load
+    from agentrl.core.bootstrap import bootstrap_ci
     from agentrl.envs import registry
     from agentrl.envs.sql import SQLSettings
 
@@ -68,7 +60,7 @@ def main() -> None:
     for r in rows:
         kinds.setdefault(r["metadata"]["type"] if r["metadata"]["kind"] == "modify" else "SELECT", []).append(
             per_item[str(r["id"])])
-    lo, hi = interval(em)
+    _, lo, hi = bootstrap_ci(sorted(em))  # sorted: the same interval whatever order the episodes finished in
     print(f"SFT adapter on the validation slice ({len(rows)} tasks of the seed-1 tables): em {row['em']:.3f} "
           f"[{lo:.3f}, {hi:.3f}], exec {sum(ex) / len(ex):.3f}; by kind: "
           + ", ".join(f"{k} {sum(v) / len(v):.2f} ({len(v)})" for k, v in sorted(kinds.items()))
@@ -78,7 +70,7 @@ def main() -> None:
         held = learning.evaluate(preset, "sql", learning.heldout_rows(preset, "sql", None), adapter, "sqlval_dbbench",
                                  out)
         values = list(learning.outcomes(out, "sqlval_dbbench", "em").values())
-        hlo, hhi = interval(values)
+        _, hlo, hhi = bootstrap_ci(sorted(values))
         print(f"the same adapter on DB Bench dev ({held['n']} tasks, AgentBench's rules): em {held['em']:.3f} "
               f"[{hlo:.3f}, {hhi:.3f}]; {held['seconds']:.0f} s")
     (out / "result.json").write_text(json.dumps({"adapter": adapter, "val": len(rows), "row": row,
