@@ -7,8 +7,10 @@
 
 Each variant builds a fresh trainer from the same preset and seed and runs ``--steps`` steps (4 items x 4
 rollouts on cpu_smol). ``before`` is the step as it ran up to 2026-11-28 (the adapter unmerged while generating,
-every copy of a group's prompt read in the first turn and in the loss); ``after`` is the preset as it is now
-(``merge_for_generation``, ``share_prompt_prefill``: agentrl.train.lora_merge, agentrl.train.shared_prefill).
+every copy of a group's prompt read in every turn and in the loss: TRL's own step); ``after`` is the preset as it is
+now (``merge_for_generation``, ``share_prompt_prefill``, ``fast_decode``, ``compact_loss_batch``:
+agentrl.train.lora_merge, shared_prefill, turn_cache, decode, loss_batch); ``issue32`` (``--variants
+before,issue32,after``) leaves out the last two.
 Per step: generation (the model's ``generate`` calls, counted with their rows and new tokens), tool calls (the
 rest of TRL's tool loop: the environments' methods and the tokenisation of their results), rewards, the log-prob
 forward passes TRL scores completions with, and the optimisation (loss forward, backward, optimiser step). A
@@ -33,7 +35,12 @@ import learning  # the learning benchmark's phases (oracle demonstrations, curat
 
 ROOT = Path(__file__).resolve().parents[1]
 # what each variant changes on top of the preset (``after`` is the preset as it is)
-VARIANTS = {"before": {"grpo": {"merge_for_generation": "off", "share_prompt_prefill": "off"}}, "after": {}}
+OFF = {"merge_for_generation": "off", "share_prompt_prefill": "off", "fast_decode": "off", "compact_loss_batch": "off"}
+VARIANTS = {"before": {"grpo": OFF},
+            # issue 32's two speed-ups as they stood on 2026-11-28 (the first-turn prefix and the loss's repeated
+            # prompts, now with the turn cache and the loss's common prefix too), without issue 46's two
+            "issue32": {"grpo": {"fast_decode": "off", "compact_loss_batch": "off"}},
+            "after": {}}
 
 
 class Timers(dict):
@@ -155,6 +162,9 @@ def run_variant(preset, steps: int) -> dict:
             "gen_s_per_1k_tokens": 1000 * mean.get("generation", 0.0) / max(mean.get("new_tokens", 0.0), 1.0),
             "tool_calls_per_rollout": sum(h.get("tools/call_frequency", 0.0) for h in hist) / max(1, len(hist)),
             "reward": [h["reward"] for h in hist], "bf16": bool(args.bf16),
+            "groups_skipped": [f"{h.get('groups/skipped', 0):.0f}/{h.get('groups/total', 0):.0f}" for h in hist],
+            "prompts_reused": [round(h.get("prompts/reused", 0.0), 3) for h in hist],
+            "loss_columns_computed": [round(h.get("loss/columns_computed", 1.0), 3) for h in hist],
             "rollouts": cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps,
             "max_completion_length": cfg.max_completion_length}
 
@@ -173,6 +183,10 @@ def report(results: dict, env: str) -> None:
                        ("gen_s_per_1k_tokens", "generation s per 1k generated tokens"),
                        ("tool_calls_per_rollout", "tool calls per rollout")):
         print(f"  {label:<42}" + "".join(f"{results[n][key]:>16.2f}" for n in names))
+    for key, label in (("groups_skipped", "equal-reward groups skipped, per step"),
+                       ("prompts_reused", "loss prompt columns not recomputed"),
+                       ("loss_columns_computed", "loss columns computed (compact batch)")):
+        print(f"  {label:<42}" + "".join(f"{' '.join(map(str, results[n][key])):>16}" for n in names))
     print(f"  {'bf16 training / completion budget':<42}" + "".join(
         f"{str(results[n]['bf16']) + ' / ' + str(results[n]['max_completion_length']):>16}" for n in names))
     if len(names) > 1:

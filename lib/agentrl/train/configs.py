@@ -163,6 +163,12 @@ class GRPOSettings(TRLSettings):
     # prompt tokens the rows share read once, in every turn and in the loss (agentrl.train.shared_prefill): "auto" = on
     # a CPU with the transformers backend (measured there; Unsloth and vLLM compute these passes their own way)
     share_prompt_prefill: Literal["auto", "on", "off"] = "auto"
+    # a decode step that copies no keys (grouped-query attention in place, a cache grown in place: agentrl.train.decode)
+    # on agentrl's generation path (share_prompt_prefill's): "auto" = on a CPU, where it was measured; "on", "off"
+    fast_decode: Literal["auto", "on", "off"] = "auto"
+    # the loss's micro-batch without rows that have no loss token and columns of padding only (agentrl.train.loss_batch;
+    # exact under dapo, bnpo, cispo, vespo, left as TRL builds it under the others): "auto" = on a CPU; "on", "off"
+    compact_loss_batch: Literal["auto", "on", "off"] = "auto"
     eval_every: AtLeast0 = 0  # steps between held-out agent evaluations (0 = only at the end)
     eval_questions: AtLeast0 | None = None  # held-out items evaluated (the first of the env's heldout split; None: all)
     envs: dict = field(default_factory=dict, metadata={"extra": EnvTables(training=True)})

@@ -156,7 +156,7 @@ def summarize(history: list[dict], reward_names: list[str], labels: list[str] | 
     and success."""
     keep = ("reward", "reward_std", "frac_reward_zero_std", "tools/call_frequency", "tools/failure_frequency",
             "completions/mean_length", "completions/clipped_ratio", "loss", "kl", "entropy", "step_time",
-            "groups/skipped", "groups/total", "tools/cut_by_length", "prompts/reused")
+            "groups/skipped", "groups/total", "tools/cut_by_length", "prompts/reused", "loss/columns_computed")
     rows = []
     for h in history:
         if "reward" not in h:

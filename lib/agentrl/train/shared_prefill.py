@@ -10,10 +10,13 @@ row is shared: the system prompt and the tool schema by every row, the whole pro
   ``generate`` derives positions from the attention mask, so every row sees the tokens and positions of TRL's
   left-padded batch (greedy tokens identical, tested); where it is shorter than :data:`MIN_PREFIX` tokens TRL's
   own batch runs. vLLM caches prefixes itself and never comes here.
-- The loss (:func:`shared_prompt_logits`): a micro-batch's distinct prompts once (all but their last token), the
-  completions on top of the copied cache; the gradient flows back through the copy into the shared pass, so the
-  LoRA gradient is the one of the full forward. Positions are what the model gives a forward without
-  ``position_ids`` (TRL passes none): consecutive from the row's first column, padding included, in both halves.
+- The loss (:func:`shared_prompt_logits`): whichever reads fewer tokens of two ways, the gradient flowing back
+  through the copied cache into the shared pass (so the LoRA gradient is the one of the full forward): each distinct
+  prompt of a micro-batch once (all but its last token), the completions on top of its copied cache, at the
+  positions a forward without ``position_ids`` gives (TRL passes none: consecutive from the row's first column,
+  padding included); or the prefix every row's prompt shares (system prompt and tool schema) once and each row's own
+  tokens left-padded after it, at positions from the attention mask as in generation. RoPE attention depends on
+  relative positions only, so both equal the one-pass forward up to float rounding (tested).
 """
 
 from __future__ import annotations
@@ -45,20 +48,23 @@ def common_prefix(rows: list[list[int]]) -> int:
     return n
 
 
-def generate_from_common_prefix(model, prompt_ids: list[list[int]], generation_config, pad_id: int, device):
-    """Return ``(sequences, width)``: what ``model.generate`` samples for ``prompt_ids`` with the prefix all rows
-    share (the system prompt and tool schema; in a tool turn also nothing more, the conversations differ) read once,
-    and the width of the input part of ``sequences``; None when the common prefix is shorter than
-    :data:`MIN_PREFIX`. The rows' own tokens are left-padded between the shared prefix and themselves, masked out:
-    positions come from the attention mask (as ``generate`` derives them), so every row sees the positions and
-    tokens of TRL's left-padded batch. Call it under ``torch.no_grad()``."""
+def generate_from_common_prefix(model, prompt_ids: list[list[int]], generation_config, pad_id: int, device,
+                                cache=None):
+    """Return ``(sequences, width, mask, cache)``: what ``model.generate`` samples for ``prompt_ids`` with the prefix
+    all rows share (the system prompt and tool schema) read once, the width of the input part of ``sequences``, its
+    attention mask and the cache ``generate`` filled; None when the common prefix is shorter than :data:`MIN_PREFIX`.
+    ``cache``: the empty cache to fill (agentrl.train.decode.growing_cache), else the model's own. The rows' own
+    tokens are left-padded between the shared prefix and themselves, masked out: positions come from the attention
+    mask (as ``generate`` derives them), so every row sees the positions and tokens of TRL's left-padded batch. Call
+    it under ``torch.no_grad()``."""
     import torch
 
     n = common_prefix(prompt_ids)
     if n < MIN_PREFIX:
         return None
     prefix = torch.tensor([prompt_ids[0][:n]], dtype=torch.long, device=device)
-    out = model(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True, logits_to_keep=1)
+    out = model(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True, logits_to_keep=1,
+                **({} if cache is None else {"past_key_values": cache}))
     cache = out.past_key_values
     if cache is None:  # no cache kept (gradient checkpointing in training mode)
         return None
@@ -68,7 +74,7 @@ def generate_from_common_prefix(model, prompt_ids: list[list[int]], generation_c
     mask = torch.cat([torch.ones_like(ids[:, :n]), rest_mask.to(device)], dim=1)
     sequences = model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache,
                                generation_config=generation_config)
-    return sequences, ids.size(1)
+    return sequences, ids.size(1), mask, cache
 
 
 def completions_until_eos(completion_ids, eos_ids: list[int]) -> list[list[int]]:
@@ -97,28 +103,72 @@ def prompt_groups(prompt_ids) -> tuple[list[int], list[int]]:
     return first, inverse
 
 
+def _first_real(attention_mask, width: int) -> list[int]:
+    """Return each row's first attended column among the first ``width`` (its left padding's length)."""
+    return attention_mask[:, :width].int().argmax(dim=1).tolist()
+
+
 def shared_prompt_logits(model, input_ids, attention_mask, logits_to_keep: int):
-    """Return ``(logits, distinct)``: the logits (rows x ``logits_to_keep`` x vocabulary) that predict the last
-    ``logits_to_keep`` tokens of ``input_ids`` (prompt columns first, then the completion), as one forward pass over
-    the whole rows gives them, each distinct prompt computed once (differentiable), and how many distinct prompts
-    there were. None when no prompt repeats (nothing to share) or the prompt is shorter than 2 columns. The caller
-    checks that the model keeps a cache in training (:func:`keeps_cache`)."""
+    """Return ``(logits, saved)``: the logits (rows x ``logits_to_keep`` x vocabulary) that predict the last
+    ``logits_to_keep`` tokens of ``input_ids`` (prompt columns first, left-padded, then the completion), as one
+    forward pass over the whole rows gives them up to float rounding, with the shared prompt tokens read once
+    (differentiable; the cheaper of the two ways in the module docstring), and the share of the prompt columns the
+    one pass computes that were not computed. None when neither way reads fewer tokens than the one pass, or the
+    prompt is shorter than 2 columns. The caller checks that the model keeps a cache in training
+    (:func:`keeps_cache`)."""
     import torch
 
     width = input_ids.size(1) - logits_to_keep
     if width < 2:
         return None
+    rows = input_ids.size(0)
+    starts = _first_real(attention_mask, width)
     first, inverse = prompt_groups(torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1))
-    if len(first) == input_ids.size(0):
+    by_prompt = len(first) * (width - 1)  # tokens computed each way, completions aside
+    n = common_prefix([input_ids[r, s:width].tolist() for r, s in enumerate(starts)])
+    rest = max(width - s - n for s in starts)
+    by_prefix = n + rows * rest if n >= MIN_PREFIX else rows * width
+    if min(by_prompt, by_prefix) >= rows * (width - 1):
         return None
-    rows = torch.tensor(first, device=input_ids.device)
-    head = model(input_ids=input_ids[rows, :width - 1], attention_mask=attention_mask[rows, :width - 1],
+    if by_prefix < by_prompt:
+        logits = _prefix_logits(model, input_ids, attention_mask, logits_to_keep, starts, n, rest)
+        return logits, 1 - by_prefix / (rows * width)
+    index = torch.tensor(first, device=input_ids.device)
+    head = model(input_ids=input_ids[index, :width - 1], attention_mask=attention_mask[index, :width - 1],
                  use_cache=True, logits_to_keep=1)
     cache = head.past_key_values
     cache.batch_select_indices(torch.tensor(inverse, device=input_ids.device))
     tail = model(input_ids=input_ids[:, width - 1:], attention_mask=attention_mask, past_key_values=cache,
                  use_cache=True)
-    return tail.logits[:, :-1, :], len(first)
+    return tail.logits[:, :-1, :], 1 - by_prompt / (rows * width)
+
+
+def _prefix_logits(model, input_ids, attention_mask, logits_to_keep: int, starts: list[int], n: int, rest: int):
+    """Return the completion logits with the ``n`` prompt tokens every row shares read once: each row's remaining
+    prompt tokens are left-padded to ``rest`` columns after the shared prefix, masked out, and every token is placed
+    at its position among the row's attended tokens (as generation places them)."""
+    import torch
+
+    width = input_ids.size(1) - logits_to_keep
+    r0 = starts[0]
+    prefix = input_ids[:1, r0:r0 + n]
+    head = model(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True, logits_to_keep=1)
+    cache = head.past_key_values
+    rows = input_ids.size(0)
+    cache.batch_repeat_interleave(rows)
+    tail_ids = input_ids.new_zeros(rows, rest + logits_to_keep)
+    tail_mask = attention_mask.new_zeros(rows, rest + logits_to_keep)
+    for r, s in enumerate(starts):
+        own = width - s - n  # this row's prompt tokens after the shared prefix, right-aligned in the rest columns
+        tail_ids[r, rest - own:rest] = input_ids[r, s + n:width]
+        tail_mask[r, rest - own:rest] = 1
+    tail_ids[:, rest:] = input_ids[:, width:]
+    tail_mask[:, rest:] = attention_mask[:, width:]
+    mask = torch.cat([tail_mask.new_ones(rows, n), tail_mask], dim=1)
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)[:, n:]
+    tail = model(input_ids=tail_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                 use_cache=True, logits_to_keep=logits_to_keep + 1)
+    return tail.logits[:, :-1, :]
 
 
 def keeps_cache(model) -> bool:

@@ -23,13 +23,16 @@ changes one):
 - ``_generate``: the rollouts with the LoRA adapter merged into a copy of the weights (``merge_for_generation``,
   agentrl.train.lora_merge): the whole tool loop, and nothing after it (the loss's forward passes run unmerged).
   Said in one line at the first step, with the reason where it cannot be done.
-- ``_generate_single_turn``: every turn reads the prefix all its rows share (system prompt, tool schema) once, or,
-  where that is short, each distinct prompt of a first turn once (``share_prompt_prefill``,
-  agentrl.train.shared_prefill), on TRL's transformers generation path; vLLM, multimodal batches and the Unsloth
-  backend are TRL's (Unsloth's) own.
-- ``_get_per_token_logps_and_entropies``: the loss's (and any log-prob) forward pass reads each distinct prompt of a
-  micro-batch once, the completions on top of its copied cache (``share_prompt_prefill``); a batch with images, an
-  MoE auxiliary loss, Liger's chunked path or no repeated prompt is TRL's own.
+- ``_generate_single_turn``: a first turn reads the prefix all its rows share (system prompt, tool schema) once, a
+  turn after a tool result continues each row's cache from the turn before and reads only the tool result
+  (``share_prompt_prefill``, agentrl.train.shared_prefill, agentrl.train.turn_cache), decoding without copied keys
+  (``fast_decode``, agentrl.train.decode), on TRL's transformers generation path; vLLM, multimodal batches and the
+  Unsloth backend are TRL's (Unsloth's) own.
+- ``_get_per_token_logps_and_entropies``: the loss's (and any log-prob) forward pass reads the prompt tokens its rows
+  share once, the completions on top of the copied cache (``share_prompt_prefill``); a batch with images, an MoE
+  auxiliary loss, Liger's chunked path or nothing shared is TRL's own.
+- ``_compute_loss``: the micro-batch without rows that have no loss token and columns of padding only
+  (``compact_loss_batch``, agentrl.train.loss_batch), under the losses where that changes nothing.
 """
 
 from __future__ import annotations
@@ -42,13 +45,16 @@ import os
 from agentrl.envs import registry
 from agentrl.envs.base import schema_of
 from agentrl.rollout.rewards import episode_metrics
+from agentrl.train.decode import decoding_attention, growing_cache
 from agentrl.train.lora_merge import merge_cost, mergeable, merged_for_generation
+from agentrl.train.loss_batch import EXACT_LOSSES, compact
 from agentrl.train.shared_prefill import (
     completions_until_eos,
     generate_from_common_prefix,
     keeps_cache,
     shared_prompt_logits,
 )
+from agentrl.train.turn_cache import continue_turn, new_state
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,7 @@ OVERRIDES = {
     "_generate": "(self, prompts: list)",
     "_generate_single_turn": "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)",
     "_get_per_token_logps_and_entropies": "(self, model, *args, batch_size=None, compute_aux_loss=False, **kwargs)",
+    "_compute_loss": "(self, model, inputs)",
 }
 
 
@@ -119,6 +126,8 @@ class AgentGRPOTrainer:
     _merge: bool | None = None  # decided at the first rollout (merge_plan)
     _share: bool | None = None  # decided at the first use (share_plan)
     _keeps_cache: bool | None = None  # decided at the first loss forward (shared_prefill.keeps_cache)
+    _compact: bool | None = None  # decided at the first loss (compact_plan)
+    _turns = None  # the last turn's cache within one step's rollouts (turn_cache.TurnState)
 
     def _sharing(self) -> bool:
         """Return whether this run reads shared prompt tokens once (``share_prompt_prefill``, :func:`share_plan`)."""
@@ -136,31 +145,47 @@ class AgentGRPOTrainer:
                                            self.args.use_cpu)
             if line:
                 print(line)
-        if not self._merge:
-            return super()._generate(prompts)
-        with merged_for_generation(self.accelerator.unwrap_model(self.model)):
-            return super()._generate(prompts)
+        self._turns = None  # a turn continues only the rollouts of this step
+        try:
+            if not self._merge:
+                return super()._generate(prompts)
+            with merged_for_generation(self.accelerator.unwrap_model(self.model)):
+                return super()._generate(prompts)
+        finally:
+            self._turns = None  # the caches are freed with the step's rollouts
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         if (self.use_vllm or self.use_transformers_continuous_batching or images or multimodal_fields or self._is_vlm
                 or not self._sharing()):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
+        import contextlib
+
         import torch
         from trl.models import unwrap_model_for_generation
 
         device = self.accelerator.device
         pad = self._tokenizer.pad_token_id
+        fast = asked(getattr(self.args, "agentrl", None), "fast_decode", self.args.use_cpu)
+        previous, self._turns = self._turns, None
         with (unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                           gather_deepspeed3_params=self.args.ds3_gather_for_generation,
                                           generation_kwargs=self.generation_kwargs) as model,
-              torch.no_grad(), self._dist.summon_full_params(self.model_wrapped, recurse=False)):
-            shared = generate_from_common_prefix(model, prompt_ids, self.generation_config, pad, device)
-        if shared is None:
+              torch.no_grad(), self._dist.summon_full_params(self.model_wrapped, recurse=False),
+              decoding_attention(model) if fast else contextlib.nullcontext()):
+            turn = None
+            if previous is not None:
+                turn = continue_turn(model, previous, prompt_ids, self.generation_config, pad, device)
+            if turn is None:
+                turn = generate_from_common_prefix(model, prompt_ids, self.generation_config, pad, device,
+                                                   cache=growing_cache(model) if fast else None)
+        if turn is None:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
-        sequences, width = shared
-        return completions_until_eos(sequences[:, width:], self.eos_token_ids), None
+        sequences, width, mask, cache = turn
+        completions = completions_until_eos(sequences[:, width:], self.eos_token_ids)
+        self._turns = new_state(cache, sequences, mask, prompt_ids, completions)
+        return completions, None
 
     def _get_per_token_logps_and_entropies(self, model, *args, batch_size=None, compute_aux_loss=False, **kwargs):
         logps = self._shared_logps(model, *args, batch_size=batch_size, compute_aux_loss=compute_aux_loss, **kwargs)
@@ -171,7 +196,7 @@ class AgentGRPOTrainer:
 
     def _shared_logps(self, model, input_ids=None, attention_mask=None, logits_to_keep=None, batch_size=None,
                       compute_entropy=False, compute_aux_loss=False, **extra):
-        """TRL's ``_full_logits_logps`` with each distinct prompt read once; None where TRL's own must run."""
+        """TRL's ``_full_logits_logps`` with the shared prompt tokens read once; None where TRL's own must run."""
         if (compute_aux_loss or self.use_liger_kernel or input_ids is None or any(v is not None for v in extra.values())
                 or (batch_size is not None and batch_size < input_ids.size(0)) or not self._sharing()):
             return None
@@ -185,10 +210,9 @@ class AgentGRPOTrainer:
         shared = shared_prompt_logits(model, input_ids, attention_mask, logits_to_keep)
         if shared is None:
             return None
-        logits, distinct = shared
-        if model.training:  # the share of rows whose prompt was not read again (logged per step)
-            rows = input_ids.size(0)
-            self._metrics["train"]["prompts/reused"].append((rows - distinct) / rows)
+        logits, saved = shared
+        if model.training:  # the share of the prompt columns TRL's pass computes that were not computed
+            self._metrics["train"]["prompts/reused"].append(saved)
         completion_ids = input_ids[:, -logits_to_keep:]
         row_mask = attention_mask[:, -logits_to_keep:]
         if not compute_entropy:
@@ -198,6 +222,22 @@ class AgentGRPOTrainer:
                                                              entropy_requires_grad=self._entropy_bonus_enabled,
                                                              temperature=self.temperature, row_mask=row_mask)
         return logps, entropies, None
+
+    def _compute_loss(self, model, inputs):
+        if self._compact is None:
+            unsloth = any(c.__name__.startswith("Unsloth") for c in type(self).__mro__)
+            self._compact, line = compact_plan(getattr(self.args, "agentrl", None), self.loss_type, unsloth,
+                                               self.args.use_cpu)
+            if line:
+                print(line)
+        if self._compact:
+            cut = compact(inputs)
+            if cut is not None:
+                inputs, sizes = cut
+                mode = "train" if self.model.training else "eval"
+                before, after = sizes["tokens"]
+                self._metrics[mode]["loss/columns_computed"].append(after / before)
+        return super()._compute_loss(model, inputs)
 
     def _tool_call_loop(self, *args, **kwargs):
         out = super()._tool_call_loop(*args, **kwargs)
@@ -277,6 +317,23 @@ def share_plan(settings, unsloth: bool, on_cpu: bool) -> tuple[bool, str | None]
     if unsloth:
         return False, ("share_prompt_prefill: not applied on the Unsloth backend (its trainer computes log-probs "
                        "and generates its own way)") if settings.share_prompt_prefill == "on" else None
+    return True, None
+
+
+def compact_plan(settings, loss_type: str, unsloth: bool, on_cpu: bool) -> tuple[bool, str | None]:
+    """Return ``(compact, line)``: whether the loss's micro-batches drop rows without loss tokens and padding-only
+    columns (``settings.compact_loss_batch``: "auto" = on a CPU; only under the losses where that changes nothing,
+    agentrl.train.loss_batch; never on the Unsloth backend, whose trainer computes the loss its own way) and the line
+    that says a requested one is not done (None when there is nothing to say)."""
+    if not asked(settings, "compact_loss_batch", on_cpu):
+        return False, None
+    explicit = settings.compact_loss_batch == "on"
+    if unsloth:
+        return False, ("compact_loss_batch: not applied on the Unsloth backend (its trainer computes the loss its "
+                       "own way)") if explicit else None
+    if loss_type not in EXACT_LOSSES:
+        return False, (f"compact_loss_batch: not applied with loss_type {loss_type!r} (its normaliser counts rows; "
+                       f"it is exact under {', '.join(EXACT_LOSSES)})") if explicit else None
     return True, None
 
 
