@@ -40,13 +40,11 @@ ARMS = {"base": {}, "lr3e-5": {"learning_rate": 3e-5}, "lr3e-4": {"learning_rate
         "g8": {"num_generations": 8}, "overlap": {"reward": "sql_overlap"}}
 
 
-def arm_layer(name: str, arm: dict, adapter: str, steps: int, val: int, eval_every: int) -> dict:
-    """Return the ``[grpo]`` layer of one arm (:data:`BASE` with the arm's change) over cpu_smol."""
-    from agentrl.envs import registry
-
+def arm_layer(name: str, arm: dict, adapter: str, steps: int, val: int, eval_every: int, fmt: float) -> dict:
+    """Return the ``[grpo]`` layer of one arm (:data:`BASE` with the arm's change) over the preset, its answer reward
+    weighted 1 beside the preset's ``format`` weight ``fmt`` (the other answer reward 0)."""
     values = {**BASE, **arm}
-    rewards = {**{r: 0.0 for r in ANSWER_REWARDS}, values["reward"]: 1.0,
-               "format": registry.get("sql").rewards["format"]}
+    rewards = {**{r: 0.0 for r in ANSWER_REWARDS}, values["reward"]: 1.0, "format": fmt}
     return {"grpo": {**learning.GRPO_RUN["sql"]["grpo"], "env": "sql", "name": f"sweep_{name}", "adapter": adapter,
                      "max_steps": steps, "learning_rate": values["learning_rate"], "beta": values["beta"],
                      "num_generations": values["num_generations"], "per_device_train_batch_size": 4,
@@ -62,8 +60,10 @@ def run_arm(config: str, name: str, adapter: str, steps: int, val: int, eval_eve
     from agentrl.envs import registry
     from agentrl.train.grpo import run_grpo
 
-    preset = load(config).with_layer(arm_layer(name, ARMS[name], adapter, steps, val, eval_every),
-                                     "benchmarks/sql_sweep.py")
+    base = load(config)
+    fmt = base.grpo().envs["sql"].rewards.get("format", 0.0) if "sql" in base.grpo().envs else 0.0
+    preset = base.with_layer(arm_layer(name, ARMS[name], adapter, steps, val, eval_every, fmt),
+                             "benchmarks/sql_sweep.py")
     settings = preset.grpo()
     rows = registry.split_rows(registry.get("sql"), "validation", settings.env_settings, preset.data)
     evals: list = [baseline] if baseline else []

@@ -1,7 +1,7 @@
 """GRPO's CPU speed-ups change the time a step takes, never what it samples or learns: the LoRA adapter merged into
 a copy of the weights while generating (agentrl.train.lora_merge), the prompt tokens rows share read once in the first
 turn and in the loss (agentrl.train.shared_prefill), a tool turn continuing each row's cache (agentrl.train.turn_cache),
-a decode step without copied keys (agentrl.train.decode) and a loss micro-batch without rows and columns that carry no
+a decode step without copied keys (agentrl.rollout.decode) and a loss micro-batch without rows and columns that carry no
 loss (agentrl.train.loss_batch)."""
 
 import pytest
@@ -179,7 +179,7 @@ def test_a_greedy_grpo_step_samples_the_same_rollouts_with_and_without_the_speed
 def test_decode_attention_over_shared_key_heads_equals_sdpa_and_generates_the_same_tokens(tiny_model):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from agentrl.train.decode import decoding_attention, grouped_decode_attention, growing_cache
+    from agentrl.rollout.decode import decoding_attention, grouped_decode_attention, growing_cache
 
     class Module:  # what the attention functions read of an attention layer
         num_key_value_groups, is_causal = 3, True
@@ -212,7 +212,7 @@ def test_decode_attention_over_shared_key_heads_equals_sdpa_and_generates_the_sa
 
 def test_a_tool_turn_continuing_the_cache_generates_what_a_fresh_batch_of_the_whole_conversations_generates(
         tiny_model):
-    from agentrl.train.decode import growing_cache
+    from agentrl.rollout.decode import growing_cache
 
     model, tok = tiny_with_lora(tiny_model)
     texts = ["Count the rows.", "Which city is the largest one in the table of cities, by population?", "Hi"]

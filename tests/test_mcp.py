@@ -1,6 +1,7 @@
 """The retrieval MCP server, exercised by real MCP clients over stdio and streamable HTTP."""
 
 import asyncio
+import json
 import sys
 
 import pytest
@@ -280,3 +281,25 @@ def test_fast_path_writes_the_sdk_reply_byte_for_byte_and_leaves_every_other_req
                     assert mine[0] == 200 and b'"isError":false' in mine[2]
 
     asyncio.run(main())
+
+
+def test_the_fast_paths_encoded_results_are_one_per_hit_list_and_bounded(monkeypatch):
+    from types import SimpleNamespace
+
+    from agentrl.retrieval import mcp_fast
+    from agentrl.retrieval.mcp_server import Passage
+
+    monkeypatch.setattr(mcp_fast, "RESULT_CACHE", 2)
+    fp = mcp_fast.SearchFastPath(None, None, Passage, path="/mcp", server_info={"name": "s", "version": "1"},
+                                 security=None, max_body=1000, max_top_k=5, max_query_chars=100)
+
+    def hit(i, score=0.5):
+        return SimpleNamespace(id=f"d{i}", title=f"T{i}", text=f"text {i}", score=score)
+
+    lists = [[hit(1)], [hit(2)], [hit(1), hit(2)], [hit(1, score=0.25)]]  # the last differs from the first by score
+    replies = [fp._reply(n, hits) for n, hits in enumerate(lists)]
+    assert len(fp._results) == 2  # the oldest results were dropped
+    for n, (hits, reply) in enumerate(zip(lists, replies, strict=True)):
+        fresh = json.loads(fp._reply(n, hits))  # encoded again or read from the cache: the same reply
+        assert json.loads(reply) == fresh and fresh["id"] == n
+        assert [p["score"] for p in fresh["result"]["structuredContent"]["result"]] == [h.score for h in hits]

@@ -163,7 +163,8 @@ def test_notebooks_offer_smollm2_and_keep_an_adapter_only_for_its_own_base_model
 
 
 @pytest.mark.slow
-def test_a_batch_prefills_its_shared_prompt_start_once_and_generates_the_same_tokens(smol_model, hotpot_rows):
+def test_a_batch_prefilling_its_shared_start_once_and_decoding_without_copied_keys_generates_the_same_tokens(
+        smol_model, hotpot_rows):
     from agentrl.envs import registry
     from agentrl.envs.base import tool_schemas
     from agentrl.envs.search.env import SearchEnv
@@ -174,19 +175,20 @@ def test_a_batch_prefills_its_shared_prompt_start_once_and_generates_the_same_to
     requests = [([{"role": "system", "content": prompt}, {"role": "user", "content": r["question"]}], tools)
                 for r in hotpot_rows[150:154]]
     turns = {}
-    for share in (True, False):
-        pol = LocalPolicy(LocalConfig(model=str(smol_model), max_new_tokens=24, share_prefix=share), model=model,
-                          tokenizer=tok)
+    for share, fast in ((True, "on"), (True, "off"), (False, "off")):
+        pol = LocalPolicy(LocalConfig(model=str(smol_model), max_new_tokens=24, share_prefix=share, fast_decode=fast),
+                          model=model, tokenizer=tok)
         prefills: list = []
         handle = model.register_forward_hook(
             lambda m, args, kwargs, out, seen=prefills: seen.append(kwargs["input_ids"].shape), with_kwargs=True)
         try:
-            turns[share] = pol._generate_batch(requests)
+            turns[share, fast] = pol._generate_batch(requests)
         finally:
             handle.remove()
         assert prefills[0][0] == (1 if share else 4)  # the shared start: one row, then every row's own tokens
-    assert [(t.content, t.tool_calls, t.prompt_tokens, t.completion_tokens) for t in turns[True]] == [
-        (t.content, t.tool_calls, t.prompt_tokens, t.completion_tokens) for t in turns[False]]
+    seen = {key: [(t.content, t.tool_calls, t.prompt_tokens, t.completion_tokens) for t in got]
+            for key, got in turns.items()}
+    assert seen[True, "on"] == seen[True, "off"] == seen[False, "off"]
 
 
 def test_rows_keep_the_shared_start_in_front_and_pad_before_their_own_tokens():

@@ -21,6 +21,7 @@ _ROUTING = {b"mcp-protocol-version": "2026-07-28", b"mcp-method": "tools/call", 
 _ENVELOPE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
 _PARAM_KEYS = frozenset({"name", "arguments", "_meta"})
 _ARGUMENT_KEYS = frozenset({"query", "top_k"})
+RESULT_CACHE = 4096  # encoded results kept (~3 KB each at top_k 5: ~12 MB)
 
 
 class SearchFastPath:
@@ -33,6 +34,7 @@ class SearchFastPath:
         self.server_info, self.security, self.max_body = server_info, security, max_body
         self.max_top_k, self.max_query_chars, self.default_top_k = max_top_k, max_query_chars, default_top_k
         self.answered = 0  # calls answered here (the rest went to the SDK): for tests and benchmarks
+        self._results: dict[tuple, bytes] = {}  # encoded results by hit list (_reply)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path \
@@ -123,6 +125,24 @@ class SearchFastPath:
         return msg["id"], query, top_k
 
     def _reply(self, call_id, hits: list) -> bytes:
+        """Return the SDK's reply bytes to call ``call_id`` with ``hits``: the result part is encoded once per distinct
+        hit list (keyed by every field of every hit, so a reply is never another search's) and kept in a bounded
+        cache, since a training run asks the same questions again and again; the envelope is written per call."""
+        key = tuple((h.id, h.title, h.text, h.score) for h in hits)
+        try:
+            result = self._results.get(key)
+        except TypeError:  # an unhashable field: encoded every time
+            key, result = None, None
+        if result is None:
+            result = self._result(hits)
+            if key is not None:
+                if len(self._results) >= RESULT_CACHE:
+                    self._results.pop(next(iter(self._results)))  # the oldest entry
+                self._results[key] = result
+        return b'{"jsonrpc":"2.0","id":' + json.dumps(call_id).encode() + b',"result":' + result + b"}"
+
+    def _result(self, hits: list) -> bytes:
+        """Return the JSON of the SDK's ``tools/call`` result for ``hits``, as the SDK builds it."""
         import pydantic_core
 
         passages = [self.passage(id=h.id, title=h.title, text=h.text, score=h.score) for h in hits]
@@ -132,7 +152,7 @@ class SearchFastPath:
         result = {"content": content, "isError": False, "resultType": "complete",
                   "structuredContent": {"result": [p.model_dump(mode="json", by_alias=True) for p in passages]},
                   "_meta": {"io.modelcontextprotocol/serverInfo": self.server_info}}
-        return json.dumps({"jsonrpc": "2.0", "id": call_id, "result": result}, separators=(",", ":")).encode()
+        return json.dumps(result, separators=(",", ":")).encode()
 
 
 def _allowed(value: str, allowed: list[str]) -> bool:

@@ -12,6 +12,7 @@ hermes ``<tool_call>`` blocks, the format Qwen models and the tiny demo model em
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -19,12 +20,14 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from agentrl.core.chat import Turn, parse_hermes, render
 from agentrl.core.cpu_precision import use_bf16
 from agentrl.core.device import cuda_dtype
 from agentrl.core.io import DataError
 from agentrl.core.validate import AtLeast1, NonNegative, between
+from agentrl.rollout.decode import decoding_attention, growing_cache
 
 log = logging.getLogger(__name__)
 BUDGET = ("[eval.<env>] max_new_tokens (the environment's evaluation budget: every path that evaluates it reads that "
@@ -46,6 +49,8 @@ class LocalConfig:
     max_batch: AtLeast1 = 16  # prompts per generate call (concurrent episodes are batched); 1 = one at a time
     batch_wait_s: NonNegative = 0.05  # how long the first request waits for others to join its batch
     share_prefix: bool = True  # prefill a batch's common prompt start once (same tokens out; see the module doc)
+    # a decode step that copies no keys (agentrl.rollout.decode): "auto" = when the model runs on a CPU, "on", "off"
+    fast_decode: Literal["auto", "on", "off"] = "auto"
 
 
 class LocalPolicy:
@@ -86,17 +91,19 @@ class LocalPolicy:
         prompts = [render(self.tokenizer, m, t, generation_prompt=True, **self.cfg.chat_template_kwargs)
                    for m, t in requests]
         ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        device = self.model_obj.device
+        fast = self.cfg.fast_decode == "on" or (self.cfg.fast_decode == "auto" and device.type == "cpu")
         shared = shared_prefix(ids) if self.cfg.share_prefix and len(ids) > 1 else 0
-        cache = self._prefill(ids[0][:shared]) if shared >= MIN_SHARED_PREFIX else None
+        cache = self._prefill(ids[0][:shared], fast) if shared >= MIN_SHARED_PREFIX else None
         if cache is None:
             shared = 0
+            cache = growing_cache(self.model_obj) if fast else None
         else:
             cache.batch_repeat_interleave(len(ids))
         rows, masks = padded(ids, shared, self.tokenizer.pad_token_id)
-        device = self.model_obj.device
         enc = {"input_ids": torch.tensor(rows, device=device), "attention_mask": torch.tensor(masks, device=device)}
         sample = self.cfg.temperature > 0
-        with torch.no_grad():
+        with torch.no_grad(), decoding_attention(self.model_obj) if fast else contextlib.nullcontext():
             # synced_gpus=False: in a distributed run each rank generates alone on full weights (agentrl.train.
             # rank_eval); transformers would otherwise sync every token with the other ranks of an FSDP model
             out = self.model_obj.generate(**enc, past_key_values=cache, max_new_tokens=self.cfg.max_new_tokens,
@@ -122,14 +129,15 @@ class LocalPolicy:
                               latency_s=latency))
         return turns
 
-    def _prefill(self, prefix: list[int]):
-        """Return the KV cache of ``prefix`` (batch of one), or None when the model's cache cannot be copied to
-        several rows (the batch is then generated without it)."""
+    def _prefill(self, prefix: list[int], grow: bool = False):
+        """Return the KV cache of ``prefix`` (batch of one; one that grows in place when ``grow``), or None when the
+        model's cache cannot be copied to several rows (the batch is then generated without it)."""
         import torch
 
+        empty = growing_cache(self.model_obj) if grow else None
         with torch.no_grad():
-            cache = self.model_obj(input_ids=torch.tensor([prefix], device=self.model_obj.device),
-                                   use_cache=True).past_key_values
+            cache = self.model_obj(input_ids=torch.tensor([prefix], device=self.model_obj.device), use_cache=True,
+                                   **({} if empty is None else {"past_key_values": empty})).past_key_values
         return cache if hasattr(cache, "batch_repeat_interleave") else None
 
 

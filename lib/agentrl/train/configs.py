@@ -163,8 +163,8 @@ class GRPOSettings(TRLSettings):
     # prompt tokens the rows share read once, in every turn and in the loss (agentrl.train.shared_prefill): "auto" = on
     # a CPU with the transformers backend (measured there; Unsloth and vLLM compute these passes their own way)
     share_prompt_prefill: Literal["auto", "on", "off"] = "auto"
-    # a decode step that copies no keys (grouped-query attention in place, a cache grown in place: agentrl.train.decode)
-    # on agentrl's generation path (share_prompt_prefill's): "auto" = on a CPU, where it was measured; "on", "off"
+    # a decode step that copies no keys (grouped-query attention in place, a cache grown in place:
+    # agentrl.rollout.decode) on agentrl's generation path (share_prompt_prefill's): "auto" = on a CPU, "on", "off"
     fast_decode: Literal["auto", "on", "off"] = "auto"
     # the loss's micro-batch without rows that have no loss token and columns of padding only (agentrl.train.loss_batch;
     # exact under dapo, bnpo, cispo, vespo, left as TRL builds it under the others): "auto" = on a CPU; "on", "off"

@@ -53,7 +53,7 @@ def generate_from_common_prefix(model, prompt_ids: list[list[int]], generation_c
     """Return ``(sequences, width, mask, cache)``: what ``model.generate`` samples for ``prompt_ids`` with the prefix
     all rows share (the system prompt and tool schema) read once, the width of the input part of ``sequences``, its
     attention mask and the cache ``generate`` filled; None when the common prefix is shorter than :data:`MIN_PREFIX`.
-    ``cache``: the empty cache to fill (agentrl.train.decode.growing_cache), else the model's own. The rows' own
+    ``cache``: the empty cache to fill (agentrl.rollout.decode.growing_cache), else the model's own. The rows' own
     tokens are left-padded between the shared prefix and themselves, masked out: positions come from the attention
     mask (as ``generate`` derives them), so every row sees the positions and tokens of TRL's left-padded batch. Call
     it under ``torch.no_grad()``."""

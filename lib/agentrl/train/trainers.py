@@ -26,7 +26,7 @@ changes one):
 - ``_generate_single_turn``: a first turn reads the prefix all its rows share (system prompt, tool schema) once, a
   turn after a tool result continues each row's cache from the turn before and reads only the tool result
   (``share_prompt_prefill``, agentrl.train.shared_prefill, agentrl.train.turn_cache), decoding without copied keys
-  (``fast_decode``, agentrl.train.decode), on TRL's transformers generation path; vLLM, multimodal batches and the
+  (``fast_decode``, agentrl.rollout.decode), on TRL's transformers generation path; vLLM, multimodal batches and the
   Unsloth backend are TRL's (Unsloth's) own.
 - ``_get_per_token_logps_and_entropies``: the loss's (and any log-prob) forward pass reads the prompt tokens its rows
   share once, the completions on top of the copied cache (``share_prompt_prefill``); a batch with images, an MoE
@@ -44,8 +44,8 @@ import os
 
 from agentrl.envs import registry
 from agentrl.envs.base import schema_of
+from agentrl.rollout.decode import decoding_attention, growing_cache
 from agentrl.rollout.rewards import episode_metrics
-from agentrl.train.decode import decoding_attention, growing_cache
 from agentrl.train.lora_merge import merge_cost, mergeable, merged_for_generation
 from agentrl.train.loss_batch import EXACT_LOSSES, compact
 from agentrl.train.shared_prefill import (

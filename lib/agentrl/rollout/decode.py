@@ -1,5 +1,5 @@
 """A decode step that moves fewer bytes: grouped-query attention without copied keys, a key/value cache that grows in
-place (``fast_decode``; agentrl's own generation path of GRPO, agentrl.train.shared_prefill).
+place (``fast_decode``: GRPO's rollouts, agentrl.train.trainers, and the local policy's turns, agentrl.rollout.local).
 
 On cpu_smol's SQL step (16 rows, ~450 cached tokens, SmolLM2-135M: 9 query heads over 3 key/value heads, 30 layers)
 a decode step is memory-bound on a 2-core machine, and two copies of the whole cache dominated what is not matmul
