@@ -231,3 +231,44 @@ def test_the_cli_trains_with_its_progress_line_where_ipython_is_not_installed(tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SFT noipy: step 2/2" in proc.stdout + proc.stderr
     assert (tmp_path / "runs" / "sft" / "noipy" / "adapter" / "adapter_config.json").is_file()
+
+
+def test_a_batch_reading_its_shared_untrained_prefix_once_gives_trls_loss_and_gradients(sft_data, tiny_model, tmp_path):
+    import torch
+
+    from agentrl.train import sft
+    from agentrl.train.shared_prefill import labelled_prefix
+
+    settings = sft_settings(name="prefix", data=str(sft_data), max_steps=1, per_device_train_batch_size=4,
+                            check_questions=0, gradient_checkpointing=False,  # no dropout: the same masks both ways
+                            model={"name": str(tiny_model), "lora": {"dropout": 0.0}})
+    loaded = sft.load_model(settings)
+    data = sft.load_data(settings, loaded.tokenizer, HeldOut())
+    trainer = sft.make_trainer(settings, loaded, data, sft.build_args(settings, data, tmp_path))
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    n = labelled_prefix(batch["input_ids"], batch["attention_mask"], batch["labels"])
+    assert n >= 16 and bool((batch["labels"][:, :n + 1] == -100).all())  # the system prompt, never trained on
+    model = trainer.model
+    model.train()
+    lora = [p for p in model.parameters() if p.requires_grad]
+    items = (batch["labels"][:, 1:] != -100).sum()
+
+    def loss_and_grads(share: bool):
+        trainer._share = share
+        loss = trainer.compute_loss(model, dict(batch), num_items_in_batch=items)
+        return loss.detach(), torch.autograd.grad(loss, lora)
+
+    (loss_off, grads_off), (loss_on, grads_on) = loss_and_grads(False), loss_and_grads(True)
+    assert torch.allclose(loss_on, loss_off, atol=1e-5) and loss_off > 0
+    assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-3) for a, b in zip(grads_on, grads_off, strict=True))
+    reused = trainer._metrics["train"]["prompts/reused"]
+    assert len(reused) == 1 and reused[0] > 0.1  # only the shared call logs it
+    accuracy = trainer._metrics["train"]["mean_token_accuracy"]
+    assert len(accuracy) == 2 and accuracy[0] == pytest.approx(accuracy[1], abs=1e-6)  # TRL's metrics unchanged
+    trainer._share = None  # decided again from the settings: "auto" = on a CPU
+    settings.share_prompt_prefill = "on"
+    trainer.agentrl_backend = "unsloth"
+    from agentrl.train.sft_trainer import sft_share_plan
+
+    share, line = sft_share_plan(settings, trainer.args, None, model, "unsloth")
+    assert not share and "Unsloth backend" in line

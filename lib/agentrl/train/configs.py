@@ -139,6 +139,9 @@ class SFTSettings(TRLSettings):
     adapter: str | None = None  # continue training this LoRA adapter (rejection-sampling fine-tuning: SFT's)
     overlong: Literal["drop", "truncate"] = "drop"  # sequences over max_length: dropped, or truncated and counted
     merge: bool = False  # also save a 16-bit merged model
+    # the prompt prefix a batch's demonstrations share (system prompt, tool schema) read once (agentrl.train.
+    # sft_trainer): "auto" = on a CPU with the transformers backend, "on", "off"
+    share_prompt_prefill: Literal["auto", "on", "off"] = "auto"
     check_questions: AtLeast0 = 20  # held-out items of the evaluation's environment for the base-vs-adapter check
     trl: dict = _trl("sft")
     moved: dict = _moved()

@@ -51,6 +51,7 @@ from agentrl.train.models import (
     progress_bars,
 )
 from agentrl.train.progress import attach_progress
+from agentrl.train.sft_trainer import sft_trainer_class
 
 log = logging.getLogger(__name__)
 
@@ -219,8 +220,9 @@ def make_trainer(settings: SFTSettings, loaded, data: SFTData, args):
     assistant-only loss), with a progress bar and loss chart in place of transformers' printed log dicts."""
     from trl import SFTTrainer
 
-    trainer = SFTTrainer(model=loaded.model, args=args, train_dataset=data.train, eval_dataset=data.validation,
-                         processing_class=loaded.tokenizer)
+    trainer = sft_trainer_class(SFTTrainer)(model=loaded.model, args=args, train_dataset=data.train,
+                                            eval_dataset=data.validation, processing_class=loaded.tokenizer)
+    trainer.agentrl_settings, trainer.agentrl_backend = settings, loaded.backend
     if not data.trl_masks:
         if loaded.backend != "unsloth":
             raise DataError("TRL cannot mask assistant tokens for this chat template (no {% generation %} "

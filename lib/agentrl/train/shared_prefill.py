@@ -10,7 +10,11 @@ row is shared: the system prompt and the tool schema by every row, the whole pro
   ``generate`` derives positions from the attention mask, so every row sees the tokens and positions of TRL's
   left-padded batch (greedy tokens identical, tested); where it is shorter than :data:`MIN_PREFIX` tokens TRL's
   own batch runs. vLLM caches prefixes itself and never comes here.
-- The loss (:func:`shared_prompt_logits`): whichever reads fewer tokens of two ways, the gradient flowing back
+- SFT's loss (:func:`labelled_prefix`, :func:`prefix_read_once`): the right-padded demonstrations of a batch share
+  their system prompt and tool schema up to the first token that carries loss; the decoder reads that prefix once
+  and copies its cache to every row, each row's remaining tokens read on top at the positions the one-pass forward
+  gives, and hands back the full batch's hidden states (TRL's loss, chunked or not, runs on them unchanged).
+- GRPO's loss (:func:`shared_prompt_logits`): whichever reads fewer tokens of two ways, the gradient flowing back
   through the copied cache into the shared pass (so the LoRA gradient is the one of the full forward): each distinct
   prompt of a micro-batch once (all but its last token), the completions on top of its copied cache, at the
   positions a forward without ``position_ids`` gives (TRL passes none: consecutive from the row's first column,
@@ -20,6 +24,8 @@ row is shared: the system prompt and the tool schema by every row, the whole pro
 """
 
 from __future__ import annotations
+
+import contextlib
 
 
 def left_pad(rows: list[list[int]], pad_id: int):
@@ -169,6 +175,60 @@ def _prefix_logits(model, input_ids, attention_mask, logits_to_keep: int, starts
     tail = model(input_ids=tail_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                  use_cache=True, logits_to_keep=logits_to_keep + 1)
     return tail.logits[:, :-1, :]
+
+
+def labelled_prefix(input_ids, attention_mask, labels) -> int:
+    """Return how many leading tokens every row of a right-padded SFT batch shares and none of them is trained on
+    (labels -100 up to and including the token after it), short of each row's last attended token; 0 when that is
+    under :data:`MIN_PREFIX` or a row is left-padded."""
+    if input_ids.size(0) < 2 or not bool(attention_mask[:, 0].all()):
+        return 0
+    lengths = attention_mask.sum(dim=1)
+    limit = int(lengths.min()) - 1
+    trained = (labels != -100).int()
+    first = trained.argmax(dim=1)[trained.any(dim=1)]
+    if first.numel():
+        limit = min(limit, int(first.min()) - 1)
+    same = (input_ids[:, :max(limit, 0)] == input_ids[:1, :max(limit, 0)]).all(dim=0)
+    n = int(same.int().argmin()) if not bool(same.all()) else max(limit, 0)
+    return n if n >= MIN_PREFIX else 0
+
+
+@contextlib.contextmanager
+def prefix_read_once(causal_lm, rows: int, width: int, n: int):
+    """Within the block, a forward of ``causal_lm``'s decoder over a ``rows`` x ``width`` batch of right-padded rows
+    reads their shared first ``n`` tokens once (:func:`labelled_prefix`): the prefix with its cache, the cache copied
+    to every row, the rest of the rows on top at the positions the one-pass forward gives them; the last hidden
+    states are the full batch's (the prefix's copied to every row), so whatever computes the loss from them (the
+    model's head, TRL's chunked cross-entropy) runs unchanged and the gradient flows back through the copies. Any
+    other call (another shape, explicit positions or embeddings, a cache) is the decoder's own."""
+    import torch
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+
+    decoder = causal_lm.get_decoder() if hasattr(causal_lm, "get_decoder") else causal_lm.base_model
+    original = decoder.forward
+
+    def forward(input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, inputs_embeds=None,
+                use_cache=None, **kwargs):
+        if (input_ids is None or tuple(input_ids.shape) != (rows, width) or attention_mask is None
+                or position_ids is not None or past_key_values is not None or inputs_embeds is not None
+                or any(v is not None for k, v in kwargs.items() if k != "cache_position")):
+            return original(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache,
+                            **kwargs)
+        head = original(input_ids=input_ids[:1, :n], attention_mask=attention_mask[:1, :n], use_cache=True)
+        cache = head.past_key_values
+        cache.batch_repeat_interleave(rows)
+        tail = original(input_ids=input_ids[:, n:], attention_mask=attention_mask, past_key_values=cache,
+                        use_cache=True)
+        hidden = torch.cat([head.last_hidden_state.expand(rows, -1, -1), tail.last_hidden_state], dim=1)
+        return BaseModelOutputWithPast(last_hidden_state=hidden)
+
+    decoder.forward = forward
+    try:
+        yield
+    finally:
+        del decoder.forward  # the class's forward again
 
 
 def keeps_cache(model) -> bool:
