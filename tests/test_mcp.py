@@ -303,3 +303,73 @@ def test_the_fast_paths_encoded_results_are_one_per_hit_list_and_bounded(monkeyp
         fresh = json.loads(fp._reply(n, hits))  # encoded again or read from the cache: the same reply
         assert json.loads(reply) == fresh and fresh["id"] == n
         assert [p["score"] for p in fresh["result"]["structuredContent"]["result"]] == [h.score for h in hits]
+
+
+def _blocked_embedder_index(small_index, tmp_path):
+    """Return ``(index, fifo, modules)``: a copy of ``small_index`` whose embedder is a copy of MiniLM with its
+    ``modules.json`` replaced by a named pipe, so loading the embedder blocks until the test writes ``modules`` (the
+    real file's text) or something else into it."""
+    import os
+    import shutil
+
+    from agentrl.retrieval.dense import resolve_embedder
+
+    model = tmp_path / "minilm"
+    shutil.copytree(resolve_embedder("minilm"), model)
+    modules = (model / "modules.json").read_text()
+    (model / "modules.json").unlink()
+    os.mkfifo(model / "modules.json")
+    index = tmp_path / "index"
+    shutil.copytree(small_index, index)
+    meta = json.loads((index / "index.json").read_text())
+    meta["embedder"] = meta["config"]["dense"]["embedder"] = str(model)
+    (index / "index.json").write_text(json.dumps(meta))
+    return index, model / "modules.json", modules
+
+
+def _rpc(url: str, method: str, params: dict, timeout: float):
+    import urllib.request
+
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": META}}).encode()
+    headers = {**MODERN, "mcp-method": method, "host": url.split("/")[2]}
+    if method != "tools/call":
+        headers.pop("mcp-name")
+    with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def test_the_http_server_answers_tools_list_before_its_embedder_loads_and_a_search_waits_for_it(small_index,
+                                                                                               tmp_path):
+    import concurrent.futures
+
+    from conftest import free_port, start_process, stop_process
+
+    index, fifo, modules = _blocked_embedder_index(small_index, tmp_path)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    proc = start_process([sys.executable, "-m", "agentrl.cli", "serve", "--index", str(index), "--transport", "http",
+                          "--port", str(port)], port)
+    try:
+        listed = _rpc(url, "tools/list", {}, timeout=30)  # the embedder is still blocked on its modules.json
+        assert [t["name"] for t in listed["result"]["tools"]] == ["search"]
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            search = pool.submit(_rpc, url, "tools/call", {"name": "search", "arguments": {"query": "Ed Wood"}}, 120)
+            done, _ = concurrent.futures.wait([search], timeout=3)
+            assert not done  # the search waits for the embedder
+            fifo.write_text(modules)  # the embedder loads
+            hits = search.result(timeout=120)["result"]["structuredContent"]["result"]
+        assert hits and all(h["text"] for h in hits)
+    finally:
+        stop_process(proc)
+
+
+def test_an_embedder_that_cannot_load_ends_the_http_server_with_exit_2_and_its_error(small_index, tmp_path):
+    from conftest import free_port, start_process
+
+    index, fifo, _ = _blocked_embedder_index(small_index, tmp_path)
+    port = free_port()
+    proc = start_process([sys.executable, "-m", "agentrl.cli", "serve", "--index", str(index), "--transport", "http",
+                          "--port", str(port)], port)
+    fifo.write_text("{ not json")  # the warm-up fails: the server stops instead of serving without search
+    assert proc.wait(timeout=120) == 2
+    assert "the retriever could not search" in proc.stderr.read()

@@ -104,13 +104,22 @@ def http_app(retriever, *, host: str = "127.0.0.1", method: str | None = None, m
 
 
 class Warming:
-    """A retriever whose embedder loads in a background thread from construction: a search waits for it, every other
-    request (initialize, tools/list) is answered at once. A warm-up that fails ends the process (exit 2) with its
-    error, as a failure at start did: a server that cannot search serves nothing."""
+    """A retriever whose embedder loads in a background thread (from :meth:`begin`; at construction unless
+    ``begin=False``): a search waits for it, every other request (initialize, tools/list) is answered at once. A
+    warm-up that fails ends the process (exit 2) with its error, as a failure at start did: a server that cannot
+    search serves nothing."""
 
-    def __init__(self, retriever, method: str | None = None):
-        self._retriever, self._ready = retriever, threading.Event()
-        threading.Thread(target=self._warm, args=(method,), name="embedder-warm-up", daemon=True).start()
+    def __init__(self, retriever, method: str | None = None, begin: bool = True):
+        self._retriever, self._ready, self._method, self._thread = retriever, threading.Event(), method, None
+        if begin:
+            self.begin()
+
+    def begin(self) -> None:
+        """Start loading the embedder in the background (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._warm, args=(self._method,), name="embedder-warm-up",
+                                            daemon=True)
+            self._thread.start()
 
     def _warm(self, method: str | None) -> None:
         try:
@@ -134,19 +143,28 @@ def serve(index_dir: str, *, transport: str = "stdio", host: str = "127.0.0.1", 
           method: str | None = None, max_top_k: int = 50, distinct: bool | None = None,
           max_query_chars: int = MAX_QUERY_CHARS, fast_path: bool = True) -> None:
     """Load the index and serve until interrupted (blocks); the embedder warms up in the background (:class:`Warming`:
-    a client's initialize and tools/list do not wait for it, its first search does).
+    a client's initialize and tools/list do not wait for it, its first search does), over HTTP from the moment the
+    server listens (importing torch in a second thread while the first imports the server slowed the start by a
+    second on 2 cores: docs/decisions.md).
 
     ``distinct`` overrides the index's setting: distinct documents (default) or raw chunks (False)."""
-    retriever = Warming(Retriever.load(index_dir, overrides={"distinct": distinct}), method)
-    if transport == "stdio":
-        build_server(retriever, method=method, max_top_k=max_top_k, max_query_chars=max_query_chars).run("stdio")
-    elif transport in ("http", "streamable-http"):
-        import uvicorn
-
-        app = http_app(retriever, host=host, method=method, max_top_k=max_top_k, max_query_chars=max_query_chars,
-                       fast_path=fast_path)
-        # uvicorn picks uvloop and httptools when installed (they are dependencies): the pure-Python h11 parser
-        # and asyncio's loop cost more CPU per call than the search (docs/decisions.md)
-        uvicorn.run(app, host=host, port=port, log_level="warning")
-    else:
+    http = transport in ("http", "streamable-http")
+    if not http and transport != "stdio":
         raise DataError(f"unknown transport '{transport}' (stdio, http)")
+    retriever = Warming(Retriever.load(index_dir, overrides={"distinct": distinct}), method, begin=not http)
+    if not http:
+        build_server(retriever, method=method, max_top_k=max_top_k, max_query_chars=max_query_chars).run("stdio")
+        return
+    import uvicorn
+
+    app = http_app(retriever, host=host, method=method, max_top_k=max_top_k, max_query_chars=max_query_chars,
+                   fast_path=fast_path)
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            retriever.begin()  # listening: the embedder loads while the first requests are answered
+
+    # uvicorn picks uvloop and httptools when installed (they are dependencies): the pure-Python h11 parser and
+    # asyncio's loop cost more CPU per call than the search (docs/decisions.md)
+    Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
