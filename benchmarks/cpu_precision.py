@@ -2,11 +2,14 @@
 greedy generation (the model in bf16), SmolLM2-135M-Instruct, one run, ratios printed.
 
     uv run agentrl models prepare smollm2
-    uv run python benchmarks/cpu_precision.py            # under 3 min on 2 cores -> runs/precision/cpu.json
+    uv run python benchmarks/cpu_precision.py            # ~1 min without AVX512-BF16, ~3 with -> runs/precision/cpu.json
 
-Each kind of work is first timed on a small probe (1 x 32 tokens); when one precision is clearly slower there
-(``--clear-ratio``, 2x apart), the probe's figures decide and the full measurement is skipped: on a CPU without
-AVX512-BF16 a full bf16 training step took 357-636 s (0.033x of fp32), and the whole run 48 minutes before the probe.
+Each kind of work is first timed on a small probe (1 x 32 tokens), then on a larger one (training 2 x 128 tokens,
+generation 8 x (64 + 8)); when one precision is clearly slower on a probe (``--clear-ratio``, 2x apart) its figures
+decide and the full measurement is skipped, and the full measurement itself stops at the first repetition that is
+that far apart. On a CPU without AVX512-BF16 a full bf16 training step took 357-636 s (0.033x of fp32) and the run 48
+minutes before the probes; with one probe, 4.4 minutes (greedy generation on 1 x 32 tokens was 1.4x apart, on the full
+size 4.6x: overhead hides the precision at that size). Measured with both: docs/results.md.
 
 The result is cached in ``runs/precision/cpu.json``; CPU training (``model.cpu_precision = "auto"``) and CPU
 generation use bf16 only where it says bf16 is at least 5% faster (agentrl.core.cpu_precision). Without the
@@ -25,9 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def interleaved(fns: dict, reps: int) -> dict:
-    """Return ``{name: median wall seconds}`` of ``reps`` calls of each function, after one warm-up call each,
-    the functions taking turns (a load change on a shared machine then affects both alike)."""
+def interleaved(fns: dict, reps: int, clear_ratio: float = float("inf")) -> dict:
+    """Return ``{name: median wall seconds}`` of up to ``reps`` calls of each function, after one warm-up call each,
+    the functions taking turns (a load change on a shared machine then affects both alike); stops after the first
+    repetition whose slower call took at least ``clear_ratio`` times the faster one."""
     times: dict = {name: [] for name in fns}
     for fn in fns.values():  # warm-up
         fn()
@@ -37,7 +41,22 @@ def interleaved(fns: dict, reps: int) -> dict:
             fn()
             times[name].append(time.perf_counter() - t)
             print(f"  {name}: {times[name][-1]:.2f} s", flush=True)
+        last = [v[-1] for v in times.values()]
+        if max(last) >= clear_ratio * max(min(last), 1e-6):
+            print(f"  {max(last) / max(min(last), 1e-6):.1f}x apart: no further repetition", flush=True)
+            break
     return {name: round(statistics.median(v), 3) for name, v in times.items()}
+
+
+def decide(rungs: list[tuple], full: tuple, reps: int, clear_ratio: float) -> tuple[str, dict, int]:
+    """Return ``(what was measured, {name: seconds}, tokens)``: the first probe of ``rungs`` (``(label, functions,
+    tokens)``, small first) whose precisions are ``clear_ratio`` apart, else the ``full`` one (:func:`interleaved`)."""
+    for label, fns, tokens in rungs:
+        timed = probe(fns, clear_ratio)
+        if timed is not None:
+            return f"{label} (probe: {clear_ratio:g}x apart or more)", timed, tokens
+    label, fns, tokens = full
+    return label, interleaved(fns, reps, clear_ratio), tokens
 
 
 def probe(fns: dict, clear_ratio: float) -> dict | None:
@@ -112,37 +131,34 @@ def main(argv: list[str] | None = None) -> int:
     train_ids = torch.randint(100, vocab - 1, (args.train_batch, args.train_tokens))
     gen_ids = torch.randint(100, vocab - 1, (args.gen_batch, args.gen_prompt))
     res = {"model": str(model_path), "cpu": platform.processor() or platform.machine(), "cpu_has_bf16": cpu_has_bf16(),
-           "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0],
-           "train": f"{args.train_batch} x {args.train_tokens} tokens forward+backward",
-           "generate": f"{args.gen_batch} x ({args.gen_prompt} + {args.gen_new}) tokens greedy"}
+           "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0]}
     if args.clear_ratio < 1:
         p.error("--clear-ratio must be at least 1")
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
     model.train()
-    small = train_ids[:1, :args.probe_tokens]
-    timed = probe({"train_fp32_s": lambda: train_step(model, small, False),
-                   "train_bf16_s": lambda: train_step(model, small, True)}, args.clear_ratio)
-    if timed is not None:
-        res["train"] = f"1 x {small.shape[1]} tokens forward+backward (probe: {args.clear_ratio:g}x apart or more)"
-    else:
-        timed = interleaved({"train_fp32_s": lambda: train_step(model, train_ids, False),
-                             "train_bf16_s": lambda: train_step(model, train_ids, True)}, args.reps)
+    def train_rung(ids) -> tuple:
+        return (f"{ids.shape[0]} x {ids.shape[1]} tokens forward+backward",
+                {"train_fp32_s": lambda: train_step(model, ids, False),
+                 "train_bf16_s": lambda: train_step(model, ids, True)}, ids.numel())
+
+    def gen_rung(ids, new: int) -> tuple:
+        return (f"{ids.shape[0]} x ({ids.shape[1]} + {new}) tokens greedy",
+                {"generate_fp32_s": lambda: generate(model, ids, new),
+                 "generate_bf16_s": lambda: generate(half, ids, new)}, ids.shape[0] * new)
+
+    probe_rows = [train_ids[:1, :args.probe_tokens], train_ids[:2, :4 * args.probe_tokens]]
+    res["train"], timed, train_tok = decide([train_rung(t) for t in probe_rows], train_rung(train_ids), args.reps,
+                                            args.clear_ratio)
     res.update(timed)
     model.eval()
     half = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.bfloat16).eval()
-    prompt, new = gen_ids[:1, :args.probe_tokens], min(4, args.gen_new)
-    timed = probe({"generate_fp32_s": lambda: generate(model, prompt, new),
-                   "generate_bf16_s": lambda: generate(half, prompt, new)}, args.clear_ratio)
-    if timed is not None:
-        res["generate"] = f"1 x ({prompt.shape[1]} + {new}) tokens greedy (probe: {args.clear_ratio:g}x apart or more)"
-    else:
-        timed = interleaved({"generate_fp32_s": lambda: generate(model, gen_ids, args.gen_new),
-                             "generate_bf16_s": lambda: generate(half, gen_ids, args.gen_new)}, args.reps)
+    probe_gens = [(gen_ids[:1, :args.probe_tokens], min(4, args.gen_new)),
+                  (gen_ids[:, :2 * args.probe_tokens], min(8, args.gen_new))]
+    res["generate"], timed, gen_tok = decide([gen_rung(g, n) for g, n in probe_gens],
+                                             gen_rung(gen_ids, args.gen_new), args.reps, args.clear_ratio)
     res.update(timed)
     res["train_bf16_speedup"] = round(res["train_fp32_s"] / res["train_bf16_s"], 3)
     res["generate_bf16_speedup"] = round(res["generate_fp32_s"] / res["generate_bf16_s"], 3)
-    train_tok = args.train_batch * args.train_tokens if "probe" not in res["train"] else small.numel()
-    gen_tok = args.gen_batch * args.gen_new if "probe" not in res["generate"] else new
     print(f"{res['model']} on {res['cpu']} ({res['threads']} threads, bf16 {'yes' if res['cpu_has_bf16'] else 'no'}, "
           f"load {res['load_avg']:.1f})")
     print("| work | fp32 s | bf16 s | bf16 speed-up | fp32 tokens/s | bf16 tokens/s |\n|---|---|---|---|---|---|")
