@@ -37,6 +37,7 @@ changes one):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -159,8 +160,6 @@ class AgentGRPOTrainer:
                 or not self._sharing()):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
-        import contextlib
-
         import torch
         from trl.models import unwrap_model_for_generation
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentrl.train.shared_prefill import left_pad
+
 
 @dataclass
 class TurnState:
@@ -79,8 +81,6 @@ def continue_turn(model, state: TurnState, prompts: list[list[int]], generation_
     mask and the cache (``state``'s, now holding this turn too); None when a prompt is not a continuation of a cached
     row (:func:`match`). The cache's rows are selected in place. Call it under ``torch.no_grad()``."""
     import torch
-
-    from agentrl.train.shared_prefill import left_pad
 
     plan = match(state, prompts)
     if plan is None:
