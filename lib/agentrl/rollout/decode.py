@@ -18,6 +18,7 @@ fresh memory, each layer and step).
 from __future__ import annotations
 
 import contextlib
+import functools
 
 NAME = "agentrl_decode"  # the attention implementation's registered name
 
@@ -76,12 +77,6 @@ def decoding_attention(model):
         base.set_attn_implementation("sdpa")
 
 
-def _dynamic_layer():
-    from transformers.cache_utils import DynamicLayer
-
-    return DynamicLayer
-
-
 class _Growing:
     """Storage for one layer's keys or values: a buffer along the sequence axis and how much of it is filled."""
 
@@ -109,20 +104,13 @@ class _Growing:
         self.filled = need
 
 
-def growing_layer_class():
-    """Return the cache layer class that grows in place (transformers' ``DynamicLayer`` with its keys and values in
-    preallocated storage); every ``DynamicLayer`` method that replaces ``keys`` / ``values`` works on it."""
-    return _growing_layer(_dynamic_layer())
+@functools.cache
+def growing_layer_class() -> type:
+    """Return the cache layer class that grows in place: transformers' ``DynamicLayer`` with its keys and values in
+    preallocated storage (every ``DynamicLayer`` method that replaces ``keys`` / ``values`` works on it)."""
+    from transformers.cache_utils import DynamicLayer
 
-
-_LAYER = {}
-
-
-def _growing_layer(base):
-    if base in _LAYER:
-        return _LAYER[base]
-
-    class GrowingLayer(base):
+    class GrowingLayer(DynamicLayer):
         """``DynamicLayer`` whose ``update`` writes the new tokens into preallocated storage (doubling when full)
         instead of concatenating the whole cache; ``keys`` / ``values`` are views of the filled part."""
 
@@ -143,19 +131,17 @@ def _growing_layer(base):
         def get_seq_length(self) -> int:
             return self._k.filled if self.is_initialized else 0
 
-    _LAYER[base] = GrowingLayer
     return GrowingLayer
 
 
 def growing_cache(model):
     """Return an empty ``DynamicCache`` for ``model`` whose layers grow in place (:func:`growing_layer_class`), or
     None where the model's cache is not made of plain dynamic layers (sliding windows, linear attention)."""
-    from transformers.cache_utils import DynamicCache
+    from transformers.cache_utils import DynamicCache, DynamicLayer
 
     config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
     cache = DynamicCache(config=config)
-    layer = _dynamic_layer()
-    if not cache.layers or any(type(layer_) is not layer for layer_ in cache.layers):
+    if not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
         return None
     grow = growing_layer_class()
     cache.layers = [grow() for _ in cache.layers]
