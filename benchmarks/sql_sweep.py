@@ -11,12 +11,12 @@ seed-0 tables) and trains with benchmarks/learning.py's SQL GRPO values (tables 
 equal-reward groups skipped; 16 rollouts a step) on the seed-1 pool without its last ``--val`` tasks, which are the
 validation slice: evaluated greedily with the SQL environment's one evaluation budget (``[eval.sql]``, what every
 evaluation of it reads) before training (once: the SFT adapter, the same for every arm), every ``--eval-every``
-steps and after the last. The arms change one thing each from ``base`` (:data:`ARMS`): the learning rate, beta, the
-number of generations (rollouts a step kept at 16, so fewer tasks a step) and the answer reward (execution match or
-the dense ``sql_overlap``). Printed and written (``sweep.md``, ``sweep.json``): each arm's validation em per
-evaluated step with its 95% bootstrap interval, the paired difference to the SFT adapter at its best step, the
-mean training reward and KL of its last steps. The choice (arm and step) is the best validation em; ties go to the
-fewer steps, then to ``base``.
+steps and after the last. The learning-rate arms change it from ``base`` (:data:`LR_ARMS`); then beta, the number of
+generations (rollouts a step kept at 16, so fewer tasks a step) and the answer reward (execution match or the dense
+``sql_overlap``) each change one thing from the best learning-rate arm (:data:`ON_BEST`). Printed and written
+(``sweep.md``, ``sweep.json``): each arm's validation em per evaluated step with its 95% bootstrap interval, the
+paired difference to the SFT adapter at its best step, the mean training reward and KL of its last steps. The
+choice (arm and step) is the best validation em; ties go to the fewer steps, then to ``base``.
 """
 
 from __future__ import annotations
@@ -35,15 +35,16 @@ OUT = ROOT / "runs" / "bench" / "sql_sweep"
 ADAPTER = ROOT / "runs" / "bench" / "sql_validation" / "runs" / "sft" / "sqlval_sft" / "adapter"
 ANSWER_REWARDS = ("sql_execution", "sql_overlap")
 BASE = {"learning_rate": 1e-4, "beta": 0.01, "num_generations": 4, "reward": "sql_execution"}
-# one change each from base; 16 rollouts a step throughout (num_generations 8: two tasks a step)
-ARMS = {"base": {}, "lr3e-5": {"learning_rate": 3e-5}, "lr3e-4": {"learning_rate": 3e-4}, "beta0": {"beta": 0.0},
-        "g8": {"num_generations": 8}, "overlap": {"reward": "sql_overlap"}}
+# first the learning rate (one change each from base), then one change each from the best of those (by validation
+# em: its learning rate, beta, generations and reward); 16 rollouts a step throughout (num_generations 8: two tasks)
+LR_ARMS = {"base": {}, "lr3e-5": {"learning_rate": 3e-5}, "lr3e-4": {"learning_rate": 3e-4}}
+ON_BEST = {"beta0": {"beta": 0.0}, "g8": {"num_generations": 8}, "overlap": {"reward": "sql_overlap"}}
+ARMS = {**LR_ARMS, **ON_BEST}
 
 
-def arm_layer(name: str, arm: dict, adapter: str, steps: int, val: int, eval_every: int, fmt: float) -> dict:
-    """Return the ``[grpo]`` layer of one arm (:data:`BASE` with the arm's change) over the preset, its answer reward
+def arm_layer(name: str, values: dict, adapter: str, steps: int, val: int, eval_every: int, fmt: float) -> dict:
+    """Return the ``[grpo]`` layer of one arm (its ``values``: :data:`BASE`'s keys) over the preset, its answer reward
     weighted 1 beside the preset's ``format`` weight ``fmt`` (the other answer reward 0)."""
-    values = {**BASE, **arm}
     rewards = {**{r: 0.0 for r in ANSWER_REWARDS}, values["reward"]: 1.0, "format": fmt}
     return {"grpo": {**learning.GRPO_RUN["sql"]["grpo"], "env": "sql", "name": f"sweep_{name}", "adapter": adapter,
                      "max_steps": steps, "learning_rate": values["learning_rate"], "beta": values["beta"],
@@ -53,16 +54,34 @@ def arm_layer(name: str, arm: dict, adapter: str, steps: int, val: int, eval_eve
                      "sql": {"validation": val, "synthetic_seed": 1, "rewards": rewards}}}
 
 
-def run_arm(config: str, name: str, adapter: str, steps: int, val: int, eval_every: int, baseline: dict | None):
-    """Train one arm and return its record (validation evaluations, training reward and KL, seconds); the step-0
-    evaluation is ``baseline``'s when given (the SFT adapter's, the same for every arm)."""
+def arm_values(name: str, records: dict) -> dict:
+    """Return the values arm ``name`` trains with: :data:`BASE` with its change, or for an arm of :data:`ON_BEST`
+    the best learning-rate arm's values (those run so far, by best validation em) with its change."""
+    if name in LR_ARMS:
+        return {**BASE, **LR_ARMS[name]}
+    runs = {k: r for k, r in records.items() if k in LR_ARMS}
+    if not runs:
+        raise SystemExit(f"arm {name} changes the best learning-rate arm: run {', '.join(LR_ARMS)} first")
+    best = max(runs, key=lambda k: (_best(runs[k])["em"], k == "base"))
+    return {**runs[best]["values"], **ON_BEST[name]}
+
+
+def _best(record: dict) -> dict:
+    """Return the record's evaluation with the best validation em after training (the fewest steps on a tie)."""
+    return max(record["evals"][1:] or record["evals"], key=lambda e: (e["em"], -e["step"]))
+
+
+def run_arm(config: str, name: str, values: dict, adapter: str, steps: int, val: int, eval_every: int,
+            baseline: dict | None):
+    """Train one arm with ``values`` and return its record (validation evaluations, training reward and KL,
+    seconds); the step-0 evaluation is ``baseline``'s when given (the SFT adapter's, the same for every arm)."""
     from agentrl.app.presets import load
     from agentrl.envs import registry
     from agentrl.train.grpo import run_grpo
 
     base = load(config)
     fmt = base.grpo().envs["sql"].rewards.get("format", 0.0) if "sql" in base.grpo().envs else 0.0
-    preset = base.with_layer(arm_layer(name, ARMS[name], adapter, steps, val, eval_every, fmt),
+    preset = base.with_layer(arm_layer(name, values, adapter, steps, val, eval_every, fmt),
                              "benchmarks/sql_sweep.py")
     settings = preset.grpo()
     rows = registry.split_rows(registry.get("sql"), "validation", settings.env_settings, preset.data)
@@ -73,7 +92,7 @@ def run_arm(config: str, name: str, adapter: str, steps: int, val: int, eval_eve
                    callbacks=[learning.validation_eval(preset, settings, rows, OUT / name, evals)])
     hist = [h for h in res.metrics["history"] if h.get("reward") is not None]
     last = hist[-max(1, len(hist) // 3):]
-    return {"arm": name, "values": {**BASE, **ARMS[name]}, "steps": steps, "seconds": round(time.perf_counter() - t),
+    return {"arm": name, "values": values, "steps": steps, "seconds": round(time.perf_counter() - t),
             "budget": {"max_turns": settings.budget.max_turns, "max_new_tokens": settings.budget.max_new_tokens},
             "validation_tasks": len(rows), "evals": [e if e is baseline else _eval(e, OUT / name) for e in evals],
             "reward_last": sum(h["reward"] for h in last) / len(last),
@@ -103,11 +122,11 @@ def report(records: dict) -> str:
             items = list(e["items"].values())
             _, lo, hi = bootstrap_ci(items) if items else (0.0, float("nan"), float("nan"))
             cells.append(f"{e['step']}: {e['em']:.3f} [{lo:.2f}, {hi:.2f}]")
-        top = max(r["evals"][1:] or r["evals"], key=lambda e: (e["em"], -e["step"]))
+        top = _best(r)
         ids = sorted(sft["items"])
         diff = paired_bootstrap_ci([sft["items"][i] for i in ids], [top["items"][i] for i in ids]) \
             if top is not sft else None
-        change = ", ".join(f"{k} {v}" for k, v in ARMS[name].items()) or "-"
+        change = ", ".join(f"{k} {v}" for k, v in r["values"].items() if v != BASE[k]) or "-"
         lines.append(f"| {name} | {change} | {'; '.join(cells)} | step {top['step']}: "
                      + (f"{diff[0]:+.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}]" if diff else "-")
                      + f" | {r['reward_last']:.3f} | {r['kl_last']:.4f} | {r['groups_skipped']:.0f}/"
@@ -143,8 +162,10 @@ def main() -> int:
         for name in arms:
             baseline = next((r["evals"][0] for r in records.values() if r["evals"] and r["evals"][0]["step"] == 0
                              and r["validation_tasks"] == args.val), None)
-            print(f"--- arm {name}: {ARMS[name] or 'base'}", flush=True)
-            records[name] = run_arm(args.config, name, args.adapter, args.steps, args.val, args.eval_every, baseline)
+            values = arm_values(name, records)
+            print(f"--- arm {name}: {values}", flush=True)
+            records[name] = run_arm(args.config, name, values, args.adapter, args.steps, args.val, args.eval_every,
+                                    baseline)
             OUT.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(records, indent=2))
     table = report(records)
