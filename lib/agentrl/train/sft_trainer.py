@@ -41,7 +41,8 @@ class AgentSFTTrainer:
         if n:
             rows, width = inputs["input_ids"].shape
             self._metrics["train"]["prompts/reused"].append(n * (rows - 1) / (rows * width))
-            causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+            inner = self.accelerator.unwrap_model(model)  # DDP / FSDP wrap the PeftModel
+            causal_lm = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
             shared = prefix_read_once(causal_lm, rows, width, n)
         with shared:
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
