@@ -2,7 +2,7 @@
 greedy generation (the model in bf16), SmolLM2-135M-Instruct, one run, ratios printed.
 
     uv run agentrl models prepare smollm2
-    uv run python benchmarks/cpu_precision.py            # ~1 min without AVX512-BF16, ~3 with -> runs/precision/cpu.json
+    uv run python benchmarks/cpu_precision.py  # ~1 min without AVX512-BF16, ~3 with -> runs/precision/cpu.json
 
 Each kind of work is first timed on a small probe (1 x 32 tokens), then on a larger one (training 2 x 128 tokens,
 generation 8 x (64 + 8)); when one precision is clearly slower on a probe (``--clear-ratio``, 2x apart) its figures

@@ -1,7 +1,7 @@
 """An SFT step with and without the shared prompt prefix read once, in the same run (``[sft] share_prompt_prefill``).
 
     uv run agentrl models prepare smollm2
-    uv run python benchmarks/sql_validation.py     # builds the SQL demonstrations this reads (runs/bench/sql_validation/)
+    uv run python benchmarks/sql_validation.py # builds the SQL demonstrations read here (runs/bench/...)
     uv run python benchmarks/sft_step.py           # cpu_smol's [sft], 8 steps a variant, interleaved in pairs
 
 Both variants train a fresh LoRA from the same seed on the same batches (cpu_smol's ``[sft]`` on the curated oracle
