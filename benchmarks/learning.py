@@ -69,7 +69,8 @@ QUICK = {"heldout": {"search": 4, "sql": 3}, "demos": {"search": 20, "sql": 14},
 # scores are skipped). ``grpo``: its [grpo] values (a two-call SQL episode reaches ~250 tokens; a text-game turn is
 # ~40 model tokens + ~130 of observation, and 6 actions take and put away both objects after "look around").
 # ``env``: its [grpo.<env>] values (SQL: tables of another generator seed than the demonstrations': on its own
-# demonstrations' tasks the SFT adapter succeeds in nearly every rollout, which leaves GRPO no signal). ``full``: a
+# demonstrations' tasks the SFT adapter succeeds in nearly every rollout, which leaves GRPO no signal; its lr 3e-5
+# and 6 steps are what benchmarks/sql_sweep.py chose on the validation slice, docs/results.md). ``full``: a
 # full run's sizes over FULL's (the text game: 2 games x 4 rollouts a step, ~125 s each, 16 steps on 32 training
 # games the SFT never saw, 8 validation games). The text game's learning rate 1e-4 is not swept: at the preset's 3e-5
 # SQL's KL stayed below 0.001 over 6 steps, at 1e-4 it reached 0.008-0.022 over 40 with the call format kept.
