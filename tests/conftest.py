@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import pickle
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +19,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # fp32 on CPU whatever this machine's runs/precision/cpu.json says (tests/test_cpu_precision.py tests the decision)
 os.environ.setdefault("AGENTRL_CPU_PRECISION", "fp32")
+# pytest-xdist runs the suite in several worker processes (pyproject's addopts): each worker's torch (and the CLI
+# subprocesses it starts, which inherit this) gets its share of the cores instead of one thread per core each, which
+# would oversubscribe the machine while two workers train at once (docs/decisions.md, "The suite in two workers")
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, str(_share))
 
 ROOT = Path(__file__).resolve().parents[1]
 HOTPOT = ROOT / "data" / "samples" / "hotpotqa_dev_200.jsonl"
@@ -29,11 +39,51 @@ UNSLOTH_MISSING = ("unsloth is not installed (.ci/run installs it: uv pip instal
 SLOW_FIXTURES = {"trained", "smol_sft", "sft_adapter", "smol_model"}
 
 
+# the files that take longest (--durations, docs/decisions.md), started first so that none is left for the end while
+# the other workers idle; test_sft.py first of all, as it builds ``trained`` (which test_grpo / test_sql then read
+# instead of waiting on the lock while another worker trains it)
+LONGEST_FILES = ("test_sft.py", "test_wheel_install.py", "test_smol.py", "test_docs.py", "test_textgame.py",
+                 "test_notebooks.py", "test_demo.py", "test_browser.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark ``slow`` every test that takes a model-training fixture (the fast tier: ``pytest -m "not slow"``)."""
+    """Mark ``slow`` every test that takes a model-training fixture (the fast tier: ``pytest -m "not slow"``), then
+    order the files for xdist, which hands out whole files (``--dist loadfile``): LONGEST_FILES first, then the files
+    holding the most slow tests (each file's tests stay together and in order)."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[item.location[0]] = slow.get(item.location[0], 0) + bool(item.get_closest_marker("slow"))
+    first = {path: i for i, path in enumerate(slow)}
+
+    def rank(item):
+        path = item.location[0]
+        name = Path(path).name
+        return (LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES), -slow[path], first[path])
+
+    items.sort(key=rank)  # stable: the order within a file is kept
+
+
+def built_once(tmp_path_factory, name: str, build):
+    """Return ``build(folder)``'s result, built once per test session however many xdist workers ask: the first
+    worker builds it into ``folder`` (a directory shared by the workers) under a file lock and pickles the result
+    beside it; the others wait for the lock and unpickle it (the models it holds included)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's directory above every worker's own
+    folder, result = base / f"shared-{name}", base / f"shared-{name}.pickle"
+    with FileLock(f"{folder}.lock"):
+        if result.exists():
+            return pickle.loads(result.read_bytes())
+        shutil.rmtree(folder, ignore_errors=True)  # what a worker whose build failed left
+        folder.mkdir()
+        value = build(folder)
+        result.write_bytes(pickle.dumps(value))
+        return value
 
 
 def running(names: set[str]) -> list[str]:
@@ -63,16 +113,19 @@ def embedder():
 
 
 @pytest.fixture(scope="session")
-def small_index(tmp_path_factory, hotpot_rows, embedder) -> Path:
+def small_index(tmp_path_factory, hotpot_rows, request) -> Path:
     """A hybrid index over the contexts of the first 24 sample questions (about 240 passages)."""
     from agentrl.data.corpus import Chunker, chunk_documents, documents_from_contexts
     from agentrl.retrieval import build_index
 
-    docs = documents_from_contexts(hotpot_rows[:24])
-    passages = list(chunk_documents(docs, Chunker(embedder.tokenizer, 200, 32)))
-    out = tmp_path_factory.mktemp("index") / "index"
-    build_index(passages, out, embedder=embedder, progress=False)
-    return out
+    def build(folder):
+        embedder = request.getfixturevalue("embedder")
+        docs = documents_from_contexts(hotpot_rows[:24])
+        passages = list(chunk_documents(docs, Chunker(embedder.tokenizer, 200, 32)))
+        build_index(passages, folder / "index", embedder=embedder, progress=False)
+        return folder / "index"
+
+    return built_once(tmp_path_factory, "index", build)
 
 
 @pytest.fixture(scope="session")
@@ -152,7 +205,8 @@ def tiny_model(tmp_path_factory) -> Path:
     """The tiny offline model (tokenizer + random Qwen3), built once per session."""
     from agentrl.train.tiny import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", data_dir=ROOT / "data" / "samples")
+    return built_once(tmp_path_factory, "tiny", lambda folder: build_tiny_model(folder / "tiny",
+                                                                                data_dir=ROOT / "data" / "samples"))
 
 
 def check_preset(small_index) -> dict:
@@ -187,13 +241,15 @@ def sft_data(tmp_path_factory, small_index):
     from agentrl.rollout.evaluate import EvalConfig, run_eval
     from agentrl.rollout.runner import RunConfig
 
-    root = tmp_path_factory.mktemp("sftdata")
-    cfg = EvalConfig(name="oracle", split="train", limit=60, policy="oracle", run=RunConfig(progress=False),
-                     envs={"search": search_settings(small_index, top_k=3, passage_chars=200)})
-    run_eval(cfg, runs=root)
-    curate([root / "eval" / "oracle"], CurateConfig(val_fraction=0.1), root / "data", HeldOut())
-    export(root / "data", ["trl"], HeldOut())
-    return root / "data"
+    def build(root):
+        cfg = EvalConfig(name="oracle", split="train", limit=60, policy="oracle", run=RunConfig(progress=False),
+                         envs={"search": search_settings(small_index, top_k=3, passage_chars=200)})
+        run_eval(cfg, runs=root)
+        curate([root / "eval" / "oracle"], CurateConfig(val_fraction=0.1), root / "data", HeldOut())
+        export(root / "data", ["trl"], HeldOut())
+        return root / "data"
+
+    return built_once(tmp_path_factory, "sftdata", build)
 
 
 SFT_TABLE = {"learning_rate": 2e-3, "lr_scheduler_type": "constant", "warmup_steps": 0.0, "optim": "adamw_torch",
@@ -208,16 +264,35 @@ def sft_settings(**table):
     return SFTSettings.of(**{**SFT_TABLE, **table})
 
 
+PROBE = "<|im_start|>user\nWho directed Ed Wood?<|im_end|>\n<|im_start|>assistant\n"  # trained's probe prompt
+
+
+def trained_run(result, **extra) -> SimpleNamespace:
+    """Return what a session fixture keeps of run_sft's result for every xdist worker: its metrics, its run folder
+    and ``extra`` (the trained model itself does not travel between processes: TRL binds methods onto it)."""
+    return SimpleNamespace(metrics=result.metrics, out=result.out, **extra)
+
+
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory, sft_data, tiny_model, small_index):
-    """The tiny model after 300 LoRA SFT steps on the oracle demonstrations, with the before/after check."""
+    """The tiny model's run after 300 LoRA SFT steps on the oracle demonstrations, with the before/after check:
+    metrics, run folder, and the trained model's logits on PROBE (``probe_logits``)."""
     from agentrl.core.heldout import HeldOut
     from agentrl.train.sft import run_sft
 
-    runs = tmp_path_factory.mktemp("sftruns")
     settings = sft_settings(name="t", data=str(sft_data), max_steps=300, logging_steps=20, check_questions=10,
                             model={"name": str(tiny_model), "lora": {"r": 32, "alpha": 64, "dropout": 0.0}})
-    return run_sft(settings, HeldOut(), check_eval(small_index), check_preset(small_index), runs=runs)
+
+    def build(runs):
+        import torch
+
+        result = run_sft(settings, HeldOut(), check_eval(small_index), check_preset(small_index), runs=runs)
+        result.model.eval()
+        with torch.no_grad():
+            logits = result.model(input_ids=result.tokenizer(PROBE, return_tensors="pt")["input_ids"]).logits
+        return trained_run(result, probe_logits=logits)
+
+    return built_once(tmp_path_factory, "sftruns", build)
 
 
 def small_preset(text: str) -> str:

@@ -12,7 +12,7 @@ from agentrl.core.io import DataError, read_json, read_jsonl
 from agentrl.core.validate import from_dict
 from agentrl.data.pairs import export_pairs, export_successes, pair_row
 from agentrl.train.sample import SampleSettings, run_sample, summary_line
-from conftest import HOTPOT, ROOT, check_preset, sft_settings
+from conftest import HOTPOT, ROOT, built_once, check_preset, sft_settings
 
 
 def preference_preset(small_index, tiny_model):
@@ -63,7 +63,7 @@ def sft_adapter(tmp_path_factory, sft_data, tiny_model):
 
     settings = sft_settings(name="q", data=str(sft_data), max_steps=8, logging_steps=4, check_questions=0,
                             model={"name": str(tiny_model), "lora": {"r": 8, "alpha": 16, "dropout": 0.0}})
-    return run_sft(settings, HeldOut(), runs=tmp_path_factory.mktemp("qsft")).out / "adapter"
+    return built_once(tmp_path_factory, "qsft", lambda runs: run_sft(settings, HeldOut(), runs=runs).out / "adapter")
 
 
 @pytest.fixture(scope="module")

