@@ -3,6 +3,7 @@
 # validator (core/validate.py), killed by the tests that plant violations through the entry points in-process
 # (docs/decisions.md, issue 43: kill rate and survivors). mutmut 3 names a module by its path under src/, so the
 # checkout is staged in a scratch directory with lib/ as src/; the results stay there (mutmut browse, mutmut show).
+# `-n 0`: mutmut runs pytest in its own process and reads what ran there, so not in pyproject's xdist workers.
 #   scripts/mutation.sh            # ~1-2 h on 2 cores; MUTATION_DIR=... to stage elsewhere
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -29,6 +30,8 @@ pytest_add_cli_args_test_selection =
 pytest_add_cli_args =
     -p
     no:cacheprovider
+    -n
+    0
 also_copy =
     data/
     configs/
