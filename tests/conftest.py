@@ -69,7 +69,8 @@ def pytest_collection_modifyitems(config, items):
 def built_once(tmp_path_factory, name: str, build):
     """Return ``build(folder)``'s result, built once per test session however many xdist workers ask: the first
     worker builds it into ``folder`` (a directory shared by the workers) under a file lock and pickles the result
-    beside it; the others wait for the lock and unpickle it (the models it holds included)."""
+    beside it; the others wait for the lock and unpickle it (so a result holds paths and tensors, never a trained
+    model: see trained_run)."""
     from filelock import FileLock
 
     base = tmp_path_factory.getbasetemp()

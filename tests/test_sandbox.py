@@ -38,15 +38,13 @@ def _another_workers(pid: int) -> bool:
         return False
     me, runner = os.getpid(), os.getppid()
     try:
-        while pid > 1:
+        while pid > 1 and pid != me:
             parent = _parent(pid)
-            if pid == me:
-                return False
             if parent == runner:
                 return True
             pid = parent
-    except (FileNotFoundError, ProcessLookupError):
-        return False
+    except FileNotFoundError:  # gone meanwhile
+        pass
     return False
 
 
