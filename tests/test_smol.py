@@ -213,3 +213,29 @@ def test_rows_keep_the_shared_start_in_front_and_pad_before_their_own_tokens():
     assert rows == [[1, 2, 3, 4, 5], [1, 2, 0, 3, 9], [1, 2, 0, 0, 3]]
     assert masks == [[1, 1, 1, 1, 1], [1, 1, 0, 1, 1], [1, 1, 0, 0, 1]]
     assert padded(ids, 0, 0)[0] == [[1, 2, 3, 4, 5], [0, 1, 2, 3, 9], [0, 0, 1, 2, 3]]  # plain left padding
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("share", [True, False])
+def test_rows_that_end_early_leave_the_decode_batch_and_every_turn_is_generates_greedy_turn(smol_model, hotpot_rows,
+                                                                                             share):
+    from agentrl.envs import registry
+    from agentrl.envs.base import tool_schemas
+    from agentrl.envs.search.env import SearchEnv
+    from agentrl.rollout.local import LocalConfig, LocalPolicy, load_inference_model
+
+    model, tok = load_inference_model(smol_model)
+    tools, prompt = tool_schemas(SearchEnv()), registry.prompt(registry.get("search"), "search", max_searches=4)
+    requests = [([{"role": "system", "content": prompt}, {"role": "user", "content": r["question"]}], tools)
+                for r in hotpot_rows[160:165]]
+    pols = {fast: LocalPolicy(LocalConfig(model=str(smol_model), max_new_tokens=64, share_prefix=share,
+                                          fast_decode=fast), model=model, tokenizer=tok) for fast in ("on", "off")}
+    turns = {fast: pol._generate_batch(requests) for fast, pol in pols.items()}
+    seen = {fast: [(t.content, t.tool_calls, t.finish_reason, t.prompt_tokens, t.completion_tokens) for t in got]
+            for fast, got in turns.items()}
+    assert seen["on"] == seen["off"]
+    lengths, passes = [t.completion_tokens for t in turns["on"]], pols["on"].decode_passes
+    assert min(lengths) < max(lengths)  # some turns ended before others
+    assert passes[0] == len(requests) and passes[-1] < len(requests)  # and left the batch when they did
+    assert len(passes) == max(lengths) and sum(passes) == sum(lengths)
+    assert pols["off"].decode_passes == []

@@ -3,7 +3,8 @@
 Concurrent episodes share the model: their pending turns are generated together in one left-padded, KV-cached
 ``generate`` call (``max_batch``), which is what makes evaluating a 135M model on CPU practical. The prompts of a
 batch share their start (system prompt and tool schemas: 318 of ~350 tokens for SmolLM2's search prompts); it is
-prefilled once and its KV cache copied to every row, the padding going between it and each row's own tokens.
+prefilled once and its KV cache copied to every row, the padding going between it and each row's own tokens. With
+``fast_decode`` (a CPU) the batch is decoded by agentrl.rollout.batch_decode instead, whose finished rows leave it.
 
 Prompts are rendered with the model's own chat template (tools included) and the output is parsed as
 hermes ``<tool_call>`` blocks, the format Qwen models and the tiny demo model emit.
@@ -27,6 +28,7 @@ from agentrl.core.cpu_precision import use_bf16
 from agentrl.core.device import cuda_dtype
 from agentrl.core.io import DataError
 from agentrl.core.validate import AtLeast1, NonNegative, between
+from agentrl.rollout.batch_decode import decode_rows, usable
 from agentrl.rollout.decode import decoding_attention, growing_cache
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,8 @@ class LocalConfig:
     max_batch: AtLeast1 = 16  # prompts per generate call (concurrent episodes are batched); 1 = one at a time
     batch_wait_s: NonNegative = 0.05  # how long the first request waits for others to join its batch
     share_prefix: bool = True  # prefill a batch's common prompt start once (same tokens out; see the module doc)
-    # a decode step that copies no keys (agentrl.rollout.decode): "auto" = when the model runs on a CPU, "on", "off"
+    # a decode step that copies no keys (agentrl.rollout.decode) and drops the rows that ended from the batch
+    # (agentrl.rollout.batch_decode): "auto" = when the model runs on a CPU, "on", "off"
     fast_decode: Literal["auto", "on", "off"] = "auto"
 
 
@@ -70,6 +73,7 @@ class LocalPolicy:
         # a thread, not an asyncio task: the policy may serve several event loops in turn
         self._batcher = _Batcher(self._generate_batch, cfg.max_batch, cfg.batch_wait_s)
         self.batch_sizes: list[int] = []  # sizes of the generate calls made, for benchmarks and tests
+        self.decode_passes: list[int] = []  # rows of each forward pass of decode_rows (they shrink as rows end)
 
     def describe(self) -> dict:
         """Return the policy settings for a manifest."""
@@ -103,22 +107,29 @@ class LocalPolicy:
         rows, masks = padded(ids, shared, self.tokenizer.pad_token_id)
         enc = {"input_ids": torch.tensor(rows, device=device), "attention_mask": torch.tensor(masks, device=device)}
         sample = self.cfg.temperature > 0
+        eos = _eos_ids(self.model_obj, self.tokenizer)
         with torch.no_grad(), decoding_attention(self.model_obj) if fast else contextlib.nullcontext():
-            # synced_gpus=False: in a distributed run each rank generates alone on full weights (agentrl.train.
-            # rank_eval); transformers would otherwise sync every token with the other ranks of an FSDP model
-            out = self.model_obj.generate(**enc, past_key_values=cache, max_new_tokens=self.cfg.max_new_tokens,
-                                          do_sample=sample, temperature=self.cfg.temperature if sample else None,
-                                          top_p=self.cfg.top_p if sample else None, top_k=None, use_cache=True,
-                                          pad_token_id=self.tokenizer.pad_token_id, synced_gpus=False)
+            if fast and usable(self.model_obj, cache, sample):
+                # finished rows leave the batch and the cache (agentrl.rollout.batch_decode): the same tokens
+                news = decode_rows(self.model_obj, enc["input_ids"], enc["attention_mask"], cache,
+                                   max_new_tokens=self.cfg.max_new_tokens, eos=eos, temperature=self.cfg.temperature,
+                                   top_p=self.cfg.top_p, passes=self.decode_passes)
+            else:
+                # synced_gpus=False: in a distributed run each rank generates alone on full weights (agentrl.train.
+                # rank_eval); transformers would otherwise sync every token with the other ranks of an FSDP model
+                out = self.model_obj.generate(**enc, past_key_values=cache, max_new_tokens=self.cfg.max_new_tokens,
+                                              do_sample=sample, temperature=self.cfg.temperature if sample else None,
+                                              top_p=self.cfg.top_p if sample else None, top_k=None, use_cache=True,
+                                              pad_token_id=self.tokenizer.pad_token_id, synced_gpus=False)
+                width = enc["input_ids"].shape[1]
+                news = [out[i, width:].tolist() for i in range(len(requests))]
         self.batch_sizes.append(len(requests))
         latency = time.perf_counter() - start
-        width = enc["input_ids"].shape[1]
-        eos = _eos_ids(self.model_obj, self.tokenizer)
         turns = []
-        for i in range(len(requests)):
-            new = out[i, width:].tolist()
+        for i, new in enumerate(news):
             cut = next((j + 1 for j, t in enumerate(new) if t in eos), None)
             hit_eos = cut is not None
+            # generate pads the rows that ended before the longest; decode_rows returns none
             new = new[:cut] if hit_eos else [t for t in new if t != self.tokenizer.pad_token_id]
             text = self.tokenizer.decode(new, skip_special_tokens=True)
             content, calls, reasoning = parse_hermes(text)
