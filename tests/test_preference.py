@@ -377,3 +377,23 @@ def test_an_oracle_reference_makes_pairs_wherever_the_model_fails_whatever_it_sa
     if not any(any(o["success"]) for o in outcomes):
         with pytest.raises(DataError, match="no successful attempt"):
             export_successes(result["out"], HeldOut())
+
+
+@pytest.mark.slow
+def test_dpo_with_the_reference_read_once_before_training_trains_as_the_per_step_reference_does(sample_run, sft_adapter,
+                                                                                               tmp_path):
+    from agentrl.train.configs import DPOSettings
+    from agentrl.train.dpo import run_dpo
+
+    if not (sample_run / "pairs").exists():
+        export_pairs(sample_run, HeldOut())
+    runs = {}
+    for once in (False, True):
+        cfg = DPOSettings.of(name=f"d{once}", data=str(sample_run), adapter=str(sft_adapter), max_steps=3,
+                             per_device_train_batch_size=2, learning_rate=1e-3, lr_scheduler_type="constant",
+                             optim="adamw_torch", gradient_checkpointing=False, beta=0.1, logging_steps=1,
+                             report_to=[], precompute_ref_log_probs=once)
+        runs[once] = run_dpo(cfg, HeldOut(), runs=tmp_path / str(once))["history"]
+    assert runs[True][0]["loss"] == pytest.approx(0.6931, abs=1e-3)  # the precomputed reference is the SFT adapter
+    for name in ("loss", "rewards/margins", "rewards/chosen"):
+        assert [h[name] for h in runs[True]] == pytest.approx([h[name] for h in runs[False]], abs=1e-4), name
