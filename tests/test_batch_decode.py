@@ -62,3 +62,23 @@ def test_a_generation_config_the_loop_does_not_apply_goes_to_generate_with_one_l
     lines = [r.getMessage() for r in caplog.records if "finished rows stay" in r.getMessage()]
     assert lines == ["finished rows stay in the decode batch (transformers' generate): its generation config sets "
                      "repetition_penalty=1.3"]
+
+
+def test_a_lora_model_left_unmerged_is_decoded_by_the_loop_with_generates_turns(tiny_model, tiny, caplog,
+                                                                                 monkeypatch):
+    from peft import LoraConfig, get_peft_model
+
+    from agentrl.rollout import batch_decode
+
+    model, tok = tiny
+    monkeypatch.setattr(batch_decode, "_said", set())
+    torch.manual_seed(0)
+    # init_lora_weights=False: random A and B, so the adapter changes the turns (GRPO's validation evaluates this)
+    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", lora_dropout=0.0,
+                                            init_lora_weights=False)).eval()
+    expected = seen(policy(tiny_model, peft, tok, fast_decode="off")._generate_batch(requests()))
+    with caplog.at_level(logging.WARNING, logger="agentrl.rollout.batch_decode"):
+        pol = policy(tiny_model, peft, tok, fast_decode="on")
+        assert seen(pol._generate_batch(requests())) == expected
+    assert pol.decode_passes  # the loop, not generate
+    assert not [r for r in caplog.records if "finished rows stay" in r.getMessage()]

@@ -44,6 +44,14 @@ def unsupported(model, sample: bool) -> list[str]:
             if getattr(config, name, None) not in (None, plain)]
 
 
+def takes_logits_to_keep(model) -> bool:
+    """Return whether ``model``'s forward takes ``logits_to_keep``: its own signature's, or for a PEFT model
+    (GRPO's validation evaluates the training model, its LoRA unmerged) the wrapped model's, which PEFT's forward
+    receives through its ``**kwargs``."""
+    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    return "logits_to_keep" in inspect.signature(inner.forward).parameters
+
+
 def usable(model, cache, sample: bool) -> bool:
     """Return whether :func:`decode_rows` can generate this batch (a decoder-only model taking ``logits_to_keep``, a
     cache that can drop rows, a generation config it applies in full); when not, log one line naming the reason
@@ -54,7 +62,7 @@ def usable(model, cache, sample: bool) -> bool:
         reasons.append("the model's key/value cache cannot drop rows")
     if config is not None and getattr(config, "is_encoder_decoder", False):
         reasons.append("an encoder-decoder model")
-    elif "logits_to_keep" not in inspect.signature(model.forward).parameters:
+    elif not takes_logits_to_keep(model):
         reasons.append("the model's forward takes no logits_to_keep")
     if bad := unsupported(model, sample):
         reasons.append("its generation config sets " + ", ".join(bad))
