@@ -12,11 +12,12 @@ equal-reward groups skipped; 16 rollouts a step) on the seed-1 pool without its 
 validation slice: evaluated greedily with the SQL environment's one evaluation budget (``[eval.sql]``, what every
 evaluation of it reads) before training (once: the SFT adapter, the same for every arm), every ``--eval-every``
 steps and after the last. The learning-rate arms change it from ``base`` (:data:`LR_ARMS`); then beta, the number of
-generations (rollouts a step kept at 16, so fewer tasks a step) and the answer reward (execution match or the dense
-``sql_overlap``) each change one thing from the best learning-rate arm (:data:`ON_BEST`). Printed and written
-(``sweep.md``, ``sweep.json``): each arm's validation em per evaluated step with its 95% bootstrap interval, the
-paired difference to the SFT adapter at its best step, the mean training reward and KL of its last steps. The
-choice (arm and step) is the best validation em; ties go to the fewer steps, then to ``base``.
+generations (rollouts a step kept at 16, so fewer tasks a step), the answer reward (execution match or the dense
+``sql_overlap``) and the sampling temperature each change one thing from the best learning-rate arm
+(:data:`ON_BEST`). Printed and written (``sweep.md``, ``sweep.json``): each arm's validation em per evaluated step
+with its 95% bootstrap interval, the paired difference to the SFT adapter at its best step, the mean training reward
+and KL of its last steps. The choice (arm and step) is the best validation em; ties go to the fewer steps, then to
+``base``.
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "runs" / "bench" / "sql_sweep"
 ADAPTER = ROOT / "runs" / "bench" / "sql_validation" / "runs" / "sft" / "sqlval_sft" / "adapter"
 ANSWER_REWARDS = ("sql_execution", "sql_overlap")
-BASE = {"learning_rate": 1e-4, "beta": 0.01, "num_generations": 4, "reward": "sql_execution"}
+BASE = {"learning_rate": 1e-4, "beta": 0.01, "num_generations": 4, "reward": "sql_execution", "temperature": 1.0}
 # first the learning rate (one change each from base), then one change each from the best of those (by validation
 # em: its learning rate, beta, generations and reward); 16 rollouts a step throughout (num_generations 8: two tasks)
 LR_ARMS = {"base": {}, "lr3e-5": {"learning_rate": 3e-5}, "lr3e-4": {"learning_rate": 3e-4}}
-ON_BEST = {"beta0": {"beta": 0.0}, "g8": {"num_generations": 8}, "overlap": {"reward": "sql_overlap"}}
+ON_BEST = {"beta0": {"beta": 0.0}, "g8": {"num_generations": 8}, "overlap": {"reward": "sql_overlap"},
+           "t0.7": {"temperature": 0.7}}  # rollouts nearer the greedy turns every evaluation takes
 ARMS = {**LR_ARMS, **ON_BEST}
 
 
@@ -48,7 +50,8 @@ def arm_layer(name: str, values: dict, adapter: str, steps: int, val: int, eval_
     rewards = {**{r: 0.0 for r in ANSWER_REWARDS}, values["reward"]: 1.0, "format": fmt}
     return {"grpo": {**learning.GRPO_RUN["sql"]["grpo"], "env": "sql", "name": f"sweep_{name}", "adapter": adapter,
                      "max_steps": steps, "learning_rate": values["learning_rate"], "beta": values["beta"],
-                     "num_generations": values["num_generations"], "per_device_train_batch_size": 4,
+                     "num_generations": values["num_generations"], "temperature": values["temperature"],
+                     "per_device_train_batch_size": 4,
                      "gradient_accumulation_steps": 4, "eval_questions": 0, "eval_every": eval_every,
                      "skip_equal_groups": True,
                      "sql": {"validation": val, "synthetic_seed": 1, "rewards": rewards}}}
@@ -63,7 +66,7 @@ def arm_values(name: str, records: dict) -> dict:
     if not runs:
         raise SystemExit(f"arm {name} changes the best learning-rate arm: run {', '.join(LR_ARMS)} first")
     best = max(runs, key=lambda k: (_best(runs[k])["em"], k == "base"))
-    return {**runs[best]["values"], **ON_BEST[name]}
+    return {**BASE, **runs[best]["values"], **ON_BEST[name]}
 
 
 def _best(record: dict) -> dict:
@@ -126,7 +129,7 @@ def report(records: dict) -> str:
         ids = sorted(sft["items"])
         diff = paired_bootstrap_ci([sft["items"][i] for i in ids], [top["items"][i] for i in ids]) \
             if top is not sft else None
-        change = ", ".join(f"{k} {v}" for k, v in r["values"].items() if v != BASE[k]) or "-"
+        change = ", ".join(f"{k} {v}" for k, v in {**BASE, **r["values"]}.items() if v != BASE[k]) or "-"
         lines.append(f"| {name} | {change} | {'; '.join(cells)} | step {top['step']}: "
                      + (f"{diff[0]:+.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}]" if diff else "-")
                      + f" | {r['reward_last']:.3f} | {r['kl_last']:.4f} | {r['groups_skipped']:.0f}/"
@@ -135,7 +138,9 @@ def report(records: dict) -> str:
         if best is None or key > best[0]:
             best = (key, name, top["step"])
     if best:
-        lines.append(f"\nchosen on validation: arm {best[1]} at step {best[2]} (em {best[0][0]:.3f})")
+        sft = next(iter(records.values()))["evals"][0]["em"]
+        lines.append(f"\nchosen on validation: arm {best[1]} at step {best[2]} (em {best[0][0]:.3f})"
+                     + ("" if best[0][0] > sft else f"; no arm beats the SFT adapter's em {sft:.3f} (step 0)"))
     return "\n".join(lines)
 
 
