@@ -13,11 +13,14 @@ cannot be located is a token mismatch and is counted.
     uv run agentrl models prepare smollm2
     uv run python benchmarks/token_logprobs.py                      # cpu_smol, SQL, fp32, a 10-step SFT adapter
     uv run python benchmarks/token_logprobs.py --precision bf16     # the same on bf16 autocast
+    uv run python benchmarks/token_logprobs.py --records runs/bench/token_logprobs/records.json   # compare again
 
-Prints the largest and mean absolute difference per turn kind (the first turn, turns after a tool result) and the
-turns located; writes runs/bench/token_logprobs.json. Differences of float rounding (1e-5 in fp32: the sampling pass
-reads merged LoRA weights and a key/value cache, the loss the unmerged adapter in one forward) say the tokens match;
-a mismatch shows as a located-turn count below the generated one or differences of whole nats.
+Prints the largest and mean absolute difference per turn kind (the first turn, turns after a tool result) and where
+each generated turn is: located in a loss row, in a row masked out whole, in no loss row (a skipped group's rows,
+which compact micro-batches leave out) or unlocated; writes runs/bench/token_logprobs.json and the raw turns and loss
+rows (records.json). Differences of float rounding (1e-5 in fp32, tenths of a nat in bf16: the sampling pass reads
+merged LoRA weights and a key/value cache, the loss the unmerged adapter in one forward) say the tokens match; a
+mismatch shows as unlocated turns or differences of whole nats.
 """
 
 from __future__ import annotations
@@ -64,35 +67,50 @@ def record_generations(eos_ids: list[int], temperature: float) -> tuple[list[dic
 def compare(generations: list[dict], losses: list[dict]) -> dict:
     """Return the per-turn comparison: every generated turn located in a loss row (its input tokens, then its
     sampled tokens, as a prefix of the row's prompt + completion), and the absolute log-prob differences of its
-    tokens, split by first turns and turns after a tool result. A turn in a row the loss masks out whole (a group of
-    equal rewards, which agentrl's ``skip_equal_groups`` takes out of the loss, or a rollout TRL's
-    ``mask_truncated_completions`` drops) carries no loss and is counted apart: its completion is not attended, so
-    the pass gives its tokens no comparable log-prob."""
+    tokens, split by first turns and turns after a tool result (a turn whose input continues another generated
+    turn). A turn in a row the loss masks out whole (a group of equal rewards, which agentrl's ``skip_equal_groups``
+    takes out of the loss, or a rollout TRL's ``mask_truncated_completions`` drops) carries no loss and is counted
+    apart: its completion is not attended, so the pass gives its tokens no comparable log-prob. So is a turn whose
+    input is in no loss row: agentrl's compact micro-batches leave out the rows without loss tokens, so a skipped
+    group's rows can be absent rather than masked. A turn that is neither is a mismatch (``unlocated``)."""
     rows = []
     for batch in losses:
         width = batch["width"]
         for ids, mask, logps in zip(batch["ids"], batch["mask"], batch["logps"], strict=True):
             prompt = [t for t, m in zip(ids[:-width], mask[:-width], strict=True) if m]
             rows.append((prompt + ids[-width:], len(prompt), logps, any(mask[-width:])))
-    first_prompts = {tuple(tokens[:start]) for tokens, start, _, _ in rows}
+    ends = [g["prompt"] + g["sampled"] for g in generations]
     kinds = ("first turn", "after a tool result")
     diffs = {k: [] for k in kinds}
-    counts = {k: {"turns": 0, "located": 0, "masked": 0} for k in kinds}
+    counts = {k: {"turns": 0, "located": 0, "masked": 0, "absent": 0, "unlocated": 0} for k in kinds}
     for g in generations:
-        kind = kinds[tuple(g["prompt"]) not in first_prompts]
-        counts[kind]["turns"] += 1
         n = len(g["prompt"])
+        kind = kinds[any(len(e) < n and g["prompt"][:len(e)] == e for e in ends)]
+        counts[kind]["turns"] += 1
+        outcome = "absent"
         for tokens, start, logps, read in rows:
-            if tokens[:n] == g["prompt"] and tokens[n:n + len(g["sampled"])] == g["sampled"]:
-                if not read:
-                    counts[kind]["masked"] += 1
-                    break
-                counts[kind]["located"] += 1
-                kept = min(len(g["sampled"]), len(tokens) - n)  # TRL cuts a turn at the completion budget
-                diffs[kind] += [abs(g["logps"][k] - logps[n - start + k]) for k in range(kept)]
+            if tokens[:n] != g["prompt"]:
+                continue
+            outcome = "unlocated"  # its input is in the row: its sampled tokens must follow
+            if tokens[n:n + len(g["sampled"])] == g["sampled"]:
+                outcome = "located" if read else "masked"
+                if read:
+                    kept = min(len(g["sampled"]), len(tokens) - n)  # TRL cuts a turn at the completion budget
+                    diffs[kind] += [abs(g["logps"][k] - logps[n - start + k]) for k in range(kept)]
                 break
+        counts[kind][outcome] += 1
     return {kind: {**counts[kind], "tokens": len(d), "max_abs_diff": max(d, default=0.0),
                    "mean_abs_diff": statistics.fmean(d) if d else 0.0} for kind, d in diffs.items()}
+
+
+def table(result: dict) -> str:
+    """Return the markdown table of :func:`compare`'s result."""
+    lines = ["| turns | generated | located in the loss | in rows masked out whole | in no loss row | unlocated "
+             "| tokens | largest abs diff | mean abs diff |", "|---|---|---|---|---|---|---|---|---|"]
+    for kind, r in result.items():
+        lines.append(f"| {kind} | {r['turns']} | {r['located']} | {r['masked']} | {r['absent']} | {r['unlocated']} "
+                     f"| {r['tokens']} | {r['max_abs_diff']:.2e} | {r['mean_abs_diff']:.2e} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -103,8 +121,13 @@ def main() -> None:
     ap.add_argument("--set", dest="sets", action="append", default=[], help="a preset value, as agentrl's --set")
     ap.add_argument("--sft-steps", type=int, default=10, help="SFT steps of the adapter built when the preset's is "
                                                                "missing (0: a fresh LoRA on the base model)")
+    ap.add_argument("--records", help="a records.json an earlier run wrote: compare its turns again, train nothing")
     args = ap.parse_args()
     os.chdir(ROOT)
+    if args.records:
+        saved = json.loads(Path(args.records).read_text())
+        print(table(compare(saved["generations"], saved["losses"])))
+        return
     from agentrl.train import grpo
     from agentrl.train.configs import trl_args
     from agentrl.train.models import load_for_training, prepare_backend
@@ -145,11 +168,7 @@ def main() -> None:
     print(f"one GRPO step, {args.config}, env {args.env}, {args.precision} (bf16 autocast: {bool(targs.bf16)}), "
           f"{len(generations)} generated turns, {sum(len(b['ids']) for b in losses)} loss rows, "
           f"{time.perf_counter() - t:.0f} s")
-    print("| turns | generated | located in the loss | in rows masked out whole | tokens | largest abs diff | "
-          "mean abs diff |\n|---|---|---|---|---|---|---|")
-    for kind, r in result.items():
-        print(f"| {kind} | {r['turns']} | {r['located']} | {r['masked']} | {r['tokens']} | {r['max_abs_diff']:.2e} | "
-              f"{r['mean_abs_diff']:.2e} |")
+    print(table(result))
     (out.parent / "token_logprobs.json").write_text(json.dumps(
         {"config": args.config, "env": args.env, "precision": args.precision, "bf16": bool(targs.bf16),
          "adapter": cfg.adapter, "result": result}, indent=1))
