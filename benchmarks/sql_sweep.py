@@ -37,7 +37,8 @@ ADAPTER = ROOT / "runs" / "bench" / "sql_validation" / "runs" / "sft" / "sqlval_
 ANSWER_REWARDS = ("sql_execution", "sql_overlap")
 BASE = {"learning_rate": 1e-4, "beta": 0.01, "num_generations": 4, "reward": "sql_execution", "temperature": 1.0}
 # first the learning rate (one change each from base), then one change each from the best of those (by validation
-# em: its learning rate, beta, generations and reward); 16 rollouts a step throughout (num_generations 8: two tasks)
+# em: its learning rate, beta, generations, reward and temperature); 16 rollouts a step throughout
+# (num_generations 8: two tasks)
 LR_ARMS = {"base": {}, "lr3e-5": {"learning_rate": 3e-5}, "lr3e-4": {"learning_rate": 3e-4}}
 ON_BEST = {"beta0": {"beta": 0.0}, "g8": {"num_generations": 8}, "overlap": {"reward": "sql_overlap"},
            "t0.7": {"temperature": 0.7}}  # rollouts nearer the greedy turns every evaluation takes
@@ -136,11 +137,10 @@ def report(records: dict) -> str:
                        f"{r['groups_total']:.0f} | {r['seconds'] / 60:.0f} |")
         key = (top["em"], -top["step"], name == "base")
         if best is None or key > best[0]:
-            best = (key, name, top["step"])
+            best = (key, name, top["step"], sft["em"])
     if best:
-        sft = next(iter(records.values()))["evals"][0]["em"]
         lines.append(f"\nchosen on validation: arm {best[1]} at step {best[2]} (em {best[0][0]:.3f})"
-                     + ("" if best[0][0] > sft else f"; no arm beats the SFT adapter's em {sft:.3f} (step 0)"))
+                     + ("" if best[0][0] > best[3] else f"; no arm beats the SFT adapter's em {best[3]:.3f} (step 0)"))
     return "\n".join(lines)
 
 

@@ -123,9 +123,10 @@ def main() -> None:
                                                                "missing (0: a fresh LoRA on the base model)")
     ap.add_argument("--records", help="a records.json an earlier run wrote: compare its turns again, train nothing")
     args = ap.parse_args()
+    records = Path(args.records).resolve() if args.records else None  # a path from the caller's directory
     os.chdir(ROOT)
-    if args.records:
-        saved = json.loads(Path(args.records).read_text())
+    if records:
+        saved = json.loads(records.read_text())
         print(table(compare(saved["generations"], saved["losses"])))
         return
     from agentrl.train import grpo
