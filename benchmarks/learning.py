@@ -231,10 +231,13 @@ class Phases(dict):
     env: str | None = None  # the environment the next phases run for (their minutes count against its 60)
 
     def __call__(self, phase, fn, *a, **kw):
-        """Run ``fn(*a, **kw)`` as ``phase``; record its result dict with ``seconds`` and the environment it ran for
-        (:attr:`env`), and return the result."""
+        """Run ``fn(*a, **kw)`` as ``phase``, then release the memory it freed (agentrl.core.memory); record its
+        result dict with ``seconds`` and the environment it ran for (:attr:`env`), and return the result."""
+        from agentrl.core.memory import release_freed_memory
+
         t = time.perf_counter()
         res = fn(*a, **kw)
+        release_freed_memory()  # what the phase freed goes back to the system: one process runs every phase
         self[phase] = {**(res if isinstance(res, dict) else {}), "seconds": round(time.perf_counter() - t, 1),
                        "env": self.env}
         print(f"[learning] {phase}: {self[phase]['seconds']} s", flush=True)

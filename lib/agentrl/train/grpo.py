@@ -24,6 +24,7 @@ from pathlib import Path
 from agentrl.core.heldout import HeldOut
 from agentrl.core.io import DataError, read_json, write_json, write_jsonl
 from agentrl.core.manifest import write_manifest
+from agentrl.core.memory import release_callback
 from agentrl.core.tracking import trackers
 from agentrl.envs import registry
 from agentrl.envs.base import schema_of
@@ -200,7 +201,7 @@ def run_grpo(settings: GRPOSettings, heldout: HeldOut, preset: dict | None = Non
     evals = resumed_evals(out, checkpoint)
     eval_task = registry.within(task, settings.budget)
     evaluator = eval_callback(settings, eval_task, preset, out, evals, held_out, eval_run)
-    trainer = make_trainer(settings, args, loaded, task, rows, [evaluator, *callbacks])
+    trainer = make_trainer(settings, args, loaded, task, rows, [evaluator, release_callback(), *callbacks])
     evaluator.trainer = trainer
     # the template TRL renders with (its replacement, if it made one) must keep every earlier turn's tokens
     tools = next(iter((getattr(trainer, "_env_tools", None) or {None: []}).values()))
